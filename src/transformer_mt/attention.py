@@ -1,0 +1,101 @@
+"""Multi-head attention (§3.2), the key/value cache of incremental decoding, and the masks.
+
+Boolean masks mean "may attend" (True = the query may look at that key), as
+`F.scaled_dot_product_attention` reads them. Padding indicators are named `*_is_pad`.
+"""
+
+# B batch  S source len  T target (query) len  L key len  D d_model  H heads  K d_k  V d_v
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+def reference_attention(q_BHTK: Tensor, k_BHLK: Tensor, v_BHLV: Tensor, mask: Tensor | None):
+    """softmax(Q K^T / sqrt(d_k)) V, written out (eq. 1). The fast path is tested against it."""
+    scores_BHTL = q_BHTK @ k_BHLK.transpose(-2, -1) / math.sqrt(q_BHTK.size(-1))
+    if mask is not None:
+        scores_BHTL = scores_BHTL.masked_fill(~mask, float("-inf"))
+    return torch.softmax(scores_BHTL, dim=-1) @ v_BHLV
+
+
+def padding_mask(is_pad_BL: Tensor) -> Tensor:
+    """Key mask (B, 1, 1, L) from padding indicators. A row that is all padding may attend to
+    every key, so an empty sentence gives finite (ignored) outputs instead of NaN."""
+    may_attend_BL = ~is_pad_BL | is_pad_BL.all(dim=-1, keepdim=True)
+    return may_attend_BL[:, None, None, :]
+
+
+def causal_mask(t: int, offset: int = 0, device: torch.device | None = None) -> Tensor:
+    """(T, offset + T): query i (at absolute position offset + i) may attend to keys <= it."""
+    q_pos = torch.arange(offset, offset + t, device=device)[:, None]
+    k_pos = torch.arange(offset + t, device=device)[None, :]
+    return k_pos <= q_pos
+
+
+class KVCache:
+    """Keys and values of one self-attention layer for the positions decoded so far."""
+
+    def __init__(self):
+        self.k_BHLK: Tensor | None = None
+        self.v_BHLV: Tensor | None = None
+
+    def __len__(self) -> int:
+        return 0 if self.k_BHLK is None else self.k_BHLK.size(2)
+
+    def extend(self, k_BHTK: Tensor, v_BHTV: Tensor) -> tuple[Tensor, Tensor]:
+        """Append the new positions; return keys and values of all positions so far."""
+        if self.k_BHLK is None:
+            self.k_BHLK, self.v_BHLV = k_BHTK, v_BHTV
+        else:
+            self.k_BHLK = torch.cat([self.k_BHLK, k_BHTK], dim=2)
+            self.v_BHLV = torch.cat([self.v_BHLV, v_BHTV], dim=2)
+        return self.k_BHLK, self.v_BHLV
+
+    def reorder(self, index_B: Tensor) -> None:
+        """Keep batch rows `index_B` (beam search moves hypotheses between rows)."""
+        if self.k_BHLK is not None:
+            self.k_BHLK = self.k_BHLK.index_select(0, index_B)
+            self.v_BHLV = self.v_BHLV.index_select(0, index_B)
+
+
+class MultiHeadAttention(nn.Module):
+    """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O, head_i = Attention(Q W_i^Q, K W_i^K,
+    V W_i^V) (§3.2.2). d_k and d_v may differ from d_model / h (Table 3 rows A, B).
+
+    Keys and values are projected by `project_kv` so that callers can cache them: cross-attention
+    projects the encoder output once per source, self-attention appends one position per step.
+    """
+
+    def __init__(self, *, d_model: int, n_heads: int, d_k: int, d_v: int, dropout: float = 0.0,
+                 bias: bool = False):
+        super().__init__()
+        self.n_heads, self.d_k, self.d_v = n_heads, d_k, d_v
+        self.dropout = dropout  # on attention weights; not in the paper, default 0
+        self.w_q = nn.Linear(d_model, n_heads * d_k, bias=bias)
+        self.w_k = nn.Linear(d_model, n_heads * d_k, bias=bias)
+        self.w_v = nn.Linear(d_model, n_heads * d_v, bias=bias)
+        self.w_o = nn.Linear(n_heads * d_v, d_model, bias=bias)
+
+    def project_kv(self, mem_BLD: Tensor) -> tuple[Tensor, Tensor]:
+        """Keys (B, H, L, K) and values (B, H, L, V) of the attended-to sequence."""
+        B, L, _ = mem_BLD.shape
+        k_BHLK = self.w_k(mem_BLD).view(B, L, self.n_heads, self.d_k).transpose(1, 2)
+        v_BHLV = self.w_v(mem_BLD).view(B, L, self.n_heads, self.d_v).transpose(1, 2)
+        return k_BHLK, v_BHLV
+
+    def forward(self, x_BTD: Tensor, kv: tuple[Tensor, Tensor], mask: Tensor | None) -> Tensor:
+        """Attend from x (B, T, D) to projected keys/values `kv` ((B, H, L, K), (B, H, L, V)).
+        mask: True = may attend, broadcastable to (B, H, T, L). Returns (B, T, D)."""
+        B, T, _ = x_BTD.shape
+        k_BHLK, v_BHLV = kv
+        q_BHTK = self.w_q(x_BTD).view(B, T, self.n_heads, self.d_k).transpose(1, 2)
+        out_BHTV = F.scaled_dot_product_attention(  # §3.2.1, eq. (1)
+            q_BHTK, k_BHLK, v_BHLV, attn_mask=mask,
+            dropout_p=self.dropout if self.training else 0.0,
+        )
+        return self.w_o(out_BHTV.transpose(1, 2).reshape(B, T, self.n_heads * self.d_v))

@@ -1,0 +1,220 @@
+"""Typed configuration: one frozen dataclass per concern, defaults = the paper's base model.
+
+`load_config(preset_or_yaml, overrides)` reads a preset name (`base`, `big`, `small`, `tiny`) or a
+YAML file, then applies dotted overrides such as ``model.d_model=256``. Unknown keys and values of
+the wrong type are errors that name the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+PRESETS_DIR = Path(__file__).parent / "configs"
+
+
+class ConfigError(ValueError):
+    """A configuration file or override is invalid; the message names the key or file."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelConfig:
+    """Architecture (§3, Table 3). Defaults are the base model."""
+
+    vocab_size: int = 37_000  # one shared source/target vocabulary (§5.1)
+    d_model: int = 512
+    n_heads: int = 8  # h
+    d_k: int | None = None  # per-head query/key size; None: d_model / h (§3.2.2)
+    d_v: int | None = None  # per-head value size; None: d_model / h
+    d_ff: int = 2048  # inner size of the feed-forward network (§3.3)
+    n_encoder_layers: int = 6  # N (§3.1)
+    n_decoder_layers: int = 6
+    dropout: float = 0.1  # P_drop: sub-layer outputs and embeddings + positions (§5.4)
+    attention_dropout: float = 0.0  # extra, not in the paper: on attention weights
+    activation_dropout: float = 0.0  # extra, not in the paper: after the FFN activation
+    activation: Literal["relu", "gelu", "silu"] = "relu"  # ReLU as in §3.3 eq. (2)
+    attention_bias: bool = False  # the paper's projections W^Q, W^K, W^V, W^O have no bias
+    layer_norm_eps: float = 1e-6  # tensor2tensor's value; the paper does not state one
+    # False: post-norm LayerNorm(x + Sublayer(x)) as in the paper.
+    # True is a deviation (pre-norm, with a final LayerNorm on each stack).
+    norm_first: bool = False
+    positional: Literal["sinusoidal", "learned"] = "sinusoidal"  # §3.5; learned: Table 3 (E)
+    # interleaved: sin on even, cos on odd dimensions (§3.5).
+    # concat: all sines then all cosines, tensor2tensor's get_timing_signal_1d / Marian.
+    sinusoid_layout: Literal["interleaved", "concat"] = "interleaved"
+    max_positions: int = 1024  # size of the positional table
+    scale_embeddings: bool = True  # multiply token embeddings by sqrt(d_model) (§3.4)
+    # three_way: source embedding = target embedding = pre-softmax weights (§3.4).
+    # decoder: only target embedding = pre-softmax; none: three separate matrices.
+    weight_tying: Literal["three_way", "decoder", "none"] = "three_way"
+    pad_id: int = 0
+    bos_id: int = 2
+    eos_id: int = 3
+
+    def __post_init__(self):
+        _check_positive(self, "vocab_size", "d_model", "n_heads", "d_ff", "max_positions")
+        _check_positive(self, "n_encoder_layers", "n_decoder_layers")
+        if self.d_k is None and self.d_model % self.n_heads:
+            raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
+        for name in ("d_k", "d_v"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ValueError(f"model.{name} must be positive, got {value}")
+        for name in ("dropout", "attention_dropout", "activation_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"model.{name} must be in [0, 1), got {getattr(self, name)}")
+        for name in ("pad_id", "bos_id", "eos_id"):
+            if not 0 <= getattr(self, name) < self.vocab_size:
+                raise ValueError(f"model.{name}={getattr(self, name)} is outside the vocabulary")
+        _check_choice(self, "activation", "positional", "sinusoid_layout", "weight_tying")
+
+    @property
+    def head_dim_k(self) -> int:
+        return self.d_k if self.d_k is not None else self.d_model // self.n_heads
+
+    @property
+    def head_dim_v(self) -> int:
+        return self.d_v if self.d_v is not None else self.d_model // self.n_heads
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecodeConfig:
+    """Inference (§6.1): beam 4, length penalty alpha 0.6, output up to input length + 50."""
+
+    strategy: Literal["beam", "greedy", "sample"] = "beam"
+    beam_size: int = 4
+    length_penalty: float = 0.6  # alpha of GNMT's lp(Y) = ((5 + |Y|) / 6)^alpha; 0 turns it off
+    max_length_offset: int = 50  # an output has at most (source length + offset) tokens
+    n_best: int = 1  # hypotheses returned per sentence (<= beam_size)
+    batch_size: int = 64  # sentences per decoding batch (the translator sorts them by length)
+    temperature: float = 1.0  # sampling only
+    top_k: int = 0  # sampling only; 0: no limit
+    top_p: float = 1.0  # sampling only; nucleus mass kept
+    seed: int = 0  # sampling only
+
+    def __post_init__(self):
+        _check_positive(self, "beam_size", "n_best", "batch_size", "temperature")
+        if self.n_best > self.beam_size and self.strategy == "beam":
+            raise ValueError(f"decode.n_best={self.n_best} exceeds beam_size={self.beam_size}")
+        if self.max_length_offset < 0:
+            raise ValueError(f"decode.max_length_offset must be >= 0, got {self.max_length_offset}")
+        if self.length_penalty < 0:
+            raise ValueError(f"decode.length_penalty must be >= 0, got {self.length_penalty}")
+        if self.top_k < 0 or not 0.0 < self.top_p <= 1.0:
+            raise ValueError("decode.top_k must be >= 0 and decode.top_p in (0, 1]")
+        _check_choice(self, "strategy")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Config:
+    """The root config; only entry points (cli, serve) see it whole."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+
+
+def _check_positive(cfg, *names: str) -> None:
+    for name in names:
+        if getattr(cfg, name) <= 0:
+            raise ValueError(f"{name} must be positive, got {getattr(cfg, name)}")
+
+
+def _check_choice(cfg, *names: str) -> None:
+    hints = typing.get_type_hints(type(cfg))
+    for name in names:
+        allowed = typing.get_args(hints[name])
+        if getattr(cfg, name) not in allowed:
+            raise ValueError(f"{name}={getattr(cfg, name)!r} is not one of {allowed}")
+
+
+def config_to_dict(cfg) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)
+
+
+def config_from_dict(cls, data: dict[str, Any], where: str = ""):
+    """Build dataclass `cls` from nested plain data; unknown keys and wrong types are errors."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where or cls.__name__}: expected a mapping, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in data.items():
+        path = f"{where}.{key}" if where else key
+        if key not in fields:
+            raise ConfigError(f"unknown config key '{path}' (known: {', '.join(sorted(fields))})")
+        hint = hints[key]
+        if dataclasses.is_dataclass(hint):
+            kwargs[key] = config_from_dict(hint, value, path)
+        else:
+            kwargs[key] = _coerce(value, hint, path)
+    try:
+        return cls(**kwargs)
+    except ValueError as err:
+        raise ConfigError(f"{where or 'config'}: {err}") from None
+
+
+def _coerce(value: Any, hint: Any, path: str) -> Any:
+    origin = typing.get_origin(hint)
+    if origin is Literal:
+        if value not in typing.get_args(hint):
+            raise ConfigError(f"'{path}' must be one of {typing.get_args(hint)}, got {value!r}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in typing.get_args(hint):
+            return None
+        (inner,) = [a for a in typing.get_args(hint) if a is not type(None)]
+        return _coerce(value, inner, path)
+    if hint is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if hint in (int, float, str, bool):
+        if type(value) is not hint:
+            raise ConfigError(f"'{path}' must be {hint.__name__}, got {value!r}")
+        return value
+    raise ConfigError(f"'{path}': unsupported type {hint}")
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))
+
+
+def load_config(preset_or_yaml: str | Path = "base", overrides: list[str] = ()) -> Config:
+    """Read a preset name or YAML path, then apply `section.key=value` overrides (YAML values)."""
+    path = Path(preset_or_yaml)
+    if not path.suffix and not path.exists():
+        path = PRESETS_DIR / f"{preset_or_yaml}.yaml"
+        if not path.exists():
+            raise ConfigError(
+                f"unknown preset '{preset_or_yaml}' (presets: {', '.join(preset_names())})"
+            )
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as err:
+        raise ConfigError(f"{path}: cannot read config: {err}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    for override in overrides:
+        key, sep, raw = override.lstrip("-").partition("=")
+        if not sep or not key:
+            raise ConfigError(f"override '{override}' is not of the form section.key=value")
+        *parents, leaf = key.split(".")
+        node = data
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override '{override}': '{part}' is not a section")
+        node[leaf] = yaml.safe_load(raw)
+    try:
+        return config_from_dict(Config, data)
+    except ConfigError as err:
+        raise ConfigError(f"{path}: {err}") from None
+
+
+def save_config_json(cfg, path: Path) -> None:
+    path.write_text(json.dumps(config_to_dict(cfg), indent=2) + "\n", encoding="utf-8")

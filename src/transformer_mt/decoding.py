@@ -1,0 +1,169 @@
+"""Inference (§6.1): greedy search, batched beam search with the GNMT length penalty, sampling.
+
+All three decode incrementally: the encoder runs once, cross-attention keys/values are projected
+once per source (`model.new_cache`), and each step feeds only the newest target token.
+An output holds at most (source length + max_length_offset) tokens, EOS included; at that length
+EOS is forced, so every hypothesis ends.
+
+The `model` argument needs only `cfg` (pad/bos/eos ids), `encode`, `new_cache` and `decode`, so
+tests can pass a fake model with hand-written log-probability tables.
+"""
+
+# B batch  S source len  T target len  V vocab  N beam
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .config import DecodeConfig
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """One output: tokens without BOS and EOS; log_prob of the tokens and EOS; score used to
+    rank them, log_prob / lp(|Y|) with |Y| counting EOS."""
+
+    tokens: list[int]
+    log_prob: float
+    score: float
+
+
+def length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
+    """GNMT's lp(Y) = ((5 + |Y|) / 6)^alpha (Wu et al. 2016, used in §6.1 with alpha 0.6)."""
+    return ((5 + length) / 6) ** alpha
+
+
+def max_output_lengths(src_BS: Tensor, pad_id: int, offset: int) -> Tensor:
+    """(B,) the longest output allowed per sentence: its source length + offset (§6.1)."""
+    return src_BS.ne(pad_id).sum(dim=1) + offset
+
+
+def _next_log_probs(model, tokens_BT: Tensor, memory, cache, max_len_B: Tensor) -> Tensor:
+    """Log-probabilities (B, V) of the next token; EOS forced where max_len_B is reached."""
+    logits_BV = model.decode(tokens_BT[:, -1:], memory, cache)[:, -1].float()
+    logp_BV = torch.log_softmax(logits_BV, dim=-1)
+    at_limit_B = max_len_B <= tokens_BT.size(1)  # the next token is the last one allowed
+    forced_BV = torch.full_like(logp_BV, float("-inf"))
+    eos = model.cfg.eos_id
+    forced_BV[:, eos] = logp_BV[:, eos]
+    return torch.where(at_limit_B[:, None], forced_BV, logp_BV)
+
+
+def _sequential_search(model, src_BS: Tensor, cfg: DecodeConfig,
+                       choose: Callable[[Tensor], Tensor]) -> list[list[Hypothesis]]:
+    """One hypothesis per sentence, the next token picked by `choose(logp_BV) -> (B,)`."""
+    mcfg = model.cfg
+    memory = model.encode(src_BS)
+    cache = model.new_cache(memory)
+    B = src_BS.size(0)
+    max_len_B = max_output_lengths(src_BS, mcfg.pad_id, cfg.max_length_offset)
+    tokens_BT = torch.full((B, 1), mcfg.bos_id, dtype=torch.long, device=src_BS.device)
+    log_prob_B = torch.zeros(B, device=src_BS.device)
+    length_B = torch.zeros(B, dtype=torch.long, device=src_BS.device)
+    finished_B = torch.zeros(B, dtype=torch.bool, device=src_BS.device)
+    while not finished_B.all():
+        logp_BV = _next_log_probs(model, tokens_BT, memory, cache, max_len_B)
+        next_B = choose(logp_BV).masked_fill(finished_B, mcfg.pad_id)
+        step_lp_B = logp_BV.gather(1, next_B[:, None]).squeeze(1)
+        log_prob_B += step_lp_B.masked_fill(finished_B, 0.0)
+        length_B += (~finished_B).long()
+        tokens_BT = torch.cat([tokens_BT, next_B[:, None]], dim=1)
+        finished_B |= next_B.eq(mcfg.eos_id)
+    hyps = []
+    for b in range(B):
+        n = int(length_B[b])
+        lp = float(log_prob_B[b])
+        hyps.append([Hypothesis(tokens_BT[b, 1:n].tolist(), lp,
+                                lp / length_penalty(n, cfg.length_penalty))])
+    return hyps
+
+
+@torch.inference_mode()
+def greedy_search(model, src_BS: Tensor, cfg: DecodeConfig) -> list[list[Hypothesis]]:
+    """The most probable next token at each step. Returns one hypothesis per sentence."""
+    return _sequential_search(model, src_BS, cfg, lambda logp_BV: logp_BV.argmax(dim=-1))
+
+
+@torch.inference_mode()
+def sample(model, src_BS: Tensor, cfg: DecodeConfig) -> list[list[Hypothesis]]:
+    """Ancestral sampling with temperature, top-k and top-p (nucleus) filtering; seeded by
+    cfg.seed. Not in the paper. Scores are the model's own (unfiltered) log-probabilities."""
+    generator = torch.Generator(device=src_BS.device).manual_seed(cfg.seed)
+
+    def choose(logp_BV: Tensor) -> Tensor:
+        filtered_BV = filter_logits(logp_BV / cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p)
+        probs_BV = torch.softmax(filtered_BV, dim=-1)
+        return torch.multinomial(probs_BV, 1, generator=generator).squeeze(1)
+
+    return _sequential_search(model, src_BS, cfg, choose)
+
+
+def filter_logits(logits_BV: Tensor, *, top_k: int, top_p: float) -> Tensor:
+    """Set to -inf all but the top_k largest (0: all) and the smallest set whose probability
+    mass reaches top_p (the most probable token is always kept)."""
+    if top_k > 0:
+        kth_B1 = logits_BV.topk(min(top_k, logits_BV.size(-1)), dim=-1).values[:, -1:]
+        logits_BV = logits_BV.masked_fill(logits_BV < kth_B1, float("-inf"))
+    if top_p < 1.0:
+        sorted_BV, order_BV = logits_BV.sort(dim=-1, descending=True)
+        mass_before_BV = sorted_BV.softmax(dim=-1).cumsum(dim=-1) - sorted_BV.softmax(dim=-1)
+        drop_sorted_BV = mass_before_BV >= top_p
+        drop_BV = drop_sorted_BV.scatter(1, order_BV, drop_sorted_BV)
+        logits_BV = logits_BV.masked_fill(drop_BV, float("-inf"))
+    return logits_BV
+
+
+@torch.inference_mode()
+def beam_search(model, src_BS: Tensor, cfg: DecodeConfig) -> list[list[Hypothesis]]:
+    """Batched beam search (§6.1): beam_size hypotheses per sentence, ranked by
+    log P(Y|X) / lp(Y). Each step keeps the 2N best extensions of the N alive hypotheses; those
+    ending in EOS and ranked within the first N are finished, the N best others stay alive.
+    A sentence is done when N hypotheses have finished (or its maximum length is reached); the
+    search stops when every sentence is done. Returns the n_best finished hypotheses per
+    sentence, best first."""
+    mcfg = model.cfg
+    B, N = src_BS.size(0), cfg.beam_size
+    device = src_BS.device
+    rows_BN = torch.arange(B, device=device).repeat_interleave(N)  # sentence of each beam row
+    memory = model.encode(src_BS).index_select(rows_BN)
+    cache = model.new_cache(memory)
+    max_len_B = max_output_lengths(src_BS, mcfg.pad_id, cfg.max_length_offset)
+    max_len_BN = max_len_B.repeat_interleave(N)
+    tokens_BNT = torch.full((B * N, 1), mcfg.bos_id, dtype=torch.long, device=device)
+    alive_lp_BN = torch.full((B, N), float("-inf"), device=device)
+    alive_lp_BN[:, 0] = 0.0  # one live hypothesis (BOS) at the start
+    finished: list[list[Hypothesis]] = [[] for _ in range(B)]
+    done_B = [False] * B
+    first_row_B1 = torch.arange(B, device=device)[:, None] * N
+    while not all(done_B):
+        logp_BNV = _next_log_probs(model, tokens_BNT, memory, cache, max_len_BN)
+        V = logp_BNV.size(-1)
+        cand_lp_BX = (alive_lp_BN[:, :, None] + logp_BNV.view(B, N, V)).view(B, N * V)
+        top_lp_B2N, top_idx_B2N = cand_lp_BX.topk(2 * N, dim=1)
+        origin_B2N, token_B2N = top_idx_B2N // V, top_idx_B2N % V
+        is_eos_B2N = token_B2N.eq(mcfg.eos_id)
+        length = tokens_BNT.size(1)  # tokens of a hypothesis that ends now, EOS included
+        for b, j in (is_eos_B2N[:, :N] & top_lp_B2N[:, :N].isfinite()).nonzero().tolist():
+            if done_B[b]:
+                continue
+            lp = float(top_lp_B2N[b, j])
+            row = b * N + int(origin_B2N[b, j])
+            finished[b].append(Hypothesis(tokens_BNT[row, 1:].tolist(), lp,
+                                          lp / length_penalty(length, cfg.length_penalty)))
+        alive_lp_BN, pick_BN = top_lp_B2N.masked_fill(is_eos_B2N, float("-inf")).topk(N, dim=1)
+        rows = (first_row_B1 + origin_B2N.gather(1, pick_BN)).view(-1)  # (B*N,)
+        tokens_BNT = torch.cat([tokens_BNT[rows], token_B2N.gather(1, pick_BN).view(-1, 1)], 1)
+        cache.reorder(rows)
+        for b in range(B):
+            done_B[b] = done_B[b] or len(finished[b]) >= N or length >= int(max_len_B[b])
+    return [sorted(hyps, key=lambda h: -h.score)[: cfg.n_best] for hyps in finished]
+
+
+def generate(model, src_BS: Tensor, cfg: DecodeConfig) -> list[list[Hypothesis]]:
+    """Decode a padded batch of source ids (B, S) with cfg.strategy."""
+    search = {"beam": beam_search, "greedy": greedy_search, "sample": sample}[cfg.strategy]
+    return search(model, src_BS, cfg)

@@ -1,0 +1,292 @@
+"""The Transformer of "Attention Is All You Need" (§3), in the paper's order:
+embeddings and positional encoding -> encoder -> decoder -> linear + softmax.
+
+Faithful by default (post-norm, sinusoidal positions, sqrt(d_model) embedding scale, three-way
+tying); every departure is a `ModelConfig` field marked as a deviation.
+"""
+
+# B batch  S source len  T target len  L key len  D d_model  F d_ff  V vocab
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .attention import KVCache, MultiHeadAttention, causal_mask, padding_mask
+from .config import ModelConfig
+
+
+def sinusoidal_positions(n_positions: int, d_model: int, layout: str = "interleaved") -> Tensor:
+    """(n_positions, D) table of §3.5.
+
+    interleaved: PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)).
+    concat: tensor2tensor's get_timing_signal_1d (also Marian): d/2 sines then d/2 cosines, with
+    frequencies 10000^(-i / (d/2 - 1)), i = 0 .. d/2 - 1.
+    """
+    if d_model % 2:
+        raise ValueError(f"sinusoidal positions need an even d_model, got {d_model}")
+    pos_P1 = torch.arange(n_positions, dtype=torch.float64)[:, None]
+    half = d_model // 2
+    if layout == "interleaved":
+        inv_freq = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+        table = torch.zeros(n_positions, d_model, dtype=torch.float64)
+        table[:, 0::2] = torch.sin(pos_P1 * inv_freq)
+        table[:, 1::2] = torch.cos(pos_P1 * inv_freq)
+    elif layout == "concat":
+        inv_freq = 10000.0 ** (-torch.arange(half, dtype=torch.float64) / max(half - 1, 1))
+        table = torch.cat([torch.sin(pos_P1 * inv_freq), torch.cos(pos_P1 * inv_freq)], dim=1)
+    else:
+        raise ValueError(f"unknown sinusoid layout {layout!r}")
+    return table.float()
+
+
+class Embeddings(nn.Module):
+    """Token embedding * sqrt(d_model) + positional encoding, then dropout (§3.4, §3.5, §5.4)."""
+
+    def __init__(self, cfg: ModelConfig, tokens: nn.Embedding):
+        super().__init__()
+        self.tokens = tokens  # may be shared with the other stack and the output layer (§3.4)
+        self.scale = math.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0
+        if cfg.positional == "learned":  # Table 3 row (E)
+            self.learned_positions = nn.Embedding(cfg.max_positions, cfg.d_model)
+        else:
+            table = sinusoidal_positions(cfg.max_positions, cfg.d_model, cfg.sinusoid_layout)
+            self.register_buffer("sinusoids", table, persistent=False)
+        self.max_positions = cfg.max_positions
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def positions(self, start: int, length: int) -> Tensor:
+        if hasattr(self, "learned_positions"):
+            return self.learned_positions.weight[start : start + length]
+        return self.sinusoids[start : start + length]
+
+    def forward(self, ids_BT: Tensor, start: int = 0) -> Tensor:
+        """ids (B, T) at positions start .. start+T-1 -> (B, T, D)."""
+        if start + ids_BT.size(1) > self.max_positions:
+            raise ValueError(
+                f"sequence of {start + ids_BT.size(1)} positions exceeds "
+                f"model.max_positions={self.max_positions}"
+            )
+        x_BTD = self.tokens(ids_BT) * self.scale + self.positions(start, ids_BT.size(1))
+        return self.drop(x_BTD)
+
+
+class FeedForward(nn.Module):
+    """FFN(x) = max(0, x W1 + b1) W2 + b2 (§3.3, eq. 2); GELU/SiLU selectable."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.w_1 = nn.Linear(cfg.d_model, cfg.d_ff)
+        self.w_2 = nn.Linear(cfg.d_ff, cfg.d_model)
+        self.activation = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}[cfg.activation]
+        self.drop = nn.Dropout(cfg.activation_dropout)  # extra, not in the paper; default 0
+
+    def forward(self, x_BTD: Tensor) -> Tensor:
+        return self.w_2(self.drop(self.activation(self.w_1(x_BTD))))  # (B, T, F) inside
+
+
+class SublayerConnection(nn.Module):
+    """LayerNorm(x + Dropout(Sublayer(x))) (§3.1, §5.4).
+    Deviation when norm_first: x + Dropout(Sublayer(LayerNorm(x))) (pre-norm)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+        self.drop = nn.Dropout(cfg.dropout)
+        self.norm_first = cfg.norm_first
+
+    def forward(self, x_BTD: Tensor, sublayer: Callable[[Tensor], Tensor]) -> Tensor:
+        if self.norm_first:
+            return x_BTD + self.drop(sublayer(self.norm(x_BTD)))
+        return self.norm(x_BTD + self.drop(sublayer(x_BTD)))
+
+
+def _attention(cfg: ModelConfig) -> MultiHeadAttention:
+    return MultiHeadAttention(
+        d_model=cfg.d_model, n_heads=cfg.n_heads, d_k=cfg.head_dim_k, d_v=cfg.head_dim_v,
+        dropout=cfg.attention_dropout, bias=cfg.attention_bias,
+    )
+
+
+class EncoderLayer(nn.Module):
+    """Multi-head self-attention, then the feed-forward network (§3.1, Figure 1 left)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.self_attn = _attention(cfg)
+        self.ff = FeedForward(cfg)
+        self.sublayer1 = SublayerConnection(cfg)
+        self.sublayer2 = SublayerConnection(cfg)
+
+    def forward(self, x_BSD: Tensor, mask: Tensor) -> Tensor:
+        attend = self.self_attn
+        x_BSD = self.sublayer1(x_BSD, lambda h: attend(h, attend.project_kv(h), mask))
+        return self.sublayer2(x_BSD, self.ff)
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, encoder-decoder attention, feed-forward (§3.1, Figure 1 right)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.self_attn = _attention(cfg)
+        self.cross_attn = _attention(cfg)
+        self.ff = FeedForward(cfg)
+        self.sublayer1 = SublayerConnection(cfg)
+        self.sublayer2 = SublayerConnection(cfg)
+        self.sublayer3 = SublayerConnection(cfg)
+
+    def forward(self, x_BTD: Tensor, *, cross_kv: tuple[Tensor, Tensor], self_mask: Tensor | None,
+                cross_mask: Tensor, cache: KVCache | None = None) -> Tensor:
+        """cross_kv: the encoder output projected by `cross_attn.project_kv`. With a cache,
+        x holds only the new positions and attends to the cached ones as well."""
+
+        def self_attention(h_BTD: Tensor) -> Tensor:
+            kv = self.self_attn.project_kv(h_BTD)
+            if cache is not None:
+                kv = cache.extend(*kv)
+            return self.self_attn(h_BTD, kv, self_mask)
+
+        x_BTD = self.sublayer1(x_BTD, self_attention)
+        x_BTD = self.sublayer2(x_BTD, lambda h: self.cross_attn(h, cross_kv, cross_mask))
+        return self.sublayer3(x_BTD, self.ff)
+
+
+class Encoder(nn.Module):
+    """A stack of N identical layers (§3.1). Post-norm has no final LayerNorm."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_encoder_layers))
+        # Deviation (pre-norm only): the stack output is normalised once more.
+        self.final_norm = nn.LayerNorm(cfg.d_model, cfg.layer_norm_eps) if cfg.norm_first else None
+
+    def forward(self, x_BSD: Tensor, mask: Tensor) -> Tensor:
+        for layer in self.layers:
+            x_BSD = layer(x_BSD, mask)
+        return x_BSD if self.final_norm is None else self.final_norm(x_BSD)
+
+
+class Decoder(nn.Module):
+    """A stack of N identical layers with masked self-attention (§3.1)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_decoder_layers))
+        self.final_norm = nn.LayerNorm(cfg.d_model, cfg.layer_norm_eps) if cfg.norm_first else None
+
+    def forward(self, x_BTD: Tensor, *, cross_kvs: list[tuple[Tensor, Tensor]],
+                self_mask: Tensor | None, cross_mask: Tensor,
+                caches: list[KVCache] | None = None) -> Tensor:
+        for i, layer in enumerate(self.layers):
+            cache = caches[i] if caches is not None else None
+            x_BTD = layer(x_BTD, cross_kv=cross_kvs[i], self_mask=self_mask,
+                          cross_mask=cross_mask, cache=cache)
+        return x_BTD if self.final_norm is None else self.final_norm(x_BTD)
+
+
+@dataclass
+class Memory:
+    """The encoder output and which source positions are padding."""
+
+    states_BSD: Tensor
+    src_is_pad_BS: Tensor
+
+    def index_select(self, index_B: Tensor) -> Memory:
+        """Rows `index_B`, e.g. each sentence repeated beam_size times."""
+        return Memory(self.states_BSD.index_select(0, index_B),
+                      self.src_is_pad_BS.index_select(0, index_B))
+
+
+class DecoderCache:
+    """State of incremental decoding: cross-attention keys/values, computed once per source, and
+    one self-attention KVCache per layer. Only the self-attention caches move when beams do."""
+
+    def __init__(self, cross_kvs: list[tuple[Tensor, Tensor]], cross_mask: Tensor, n_layers: int):
+        self.cross_kvs = cross_kvs
+        self.cross_mask = cross_mask
+        self.self_kv = [KVCache() for _ in range(n_layers)]
+
+    def __len__(self) -> int:
+        """Number of target positions decoded so far."""
+        return len(self.self_kv[0])
+
+    def reorder(self, index_B: Tensor) -> None:
+        """Row i now continues the hypothesis that was in row index_B[i] (same sentence)."""
+        for cache in self.self_kv:
+            cache.reorder(index_B)
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder Transformer (Figure 1) over one shared vocabulary."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        tgt_tokens = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        if cfg.weight_tying == "three_way":  # §3.4: one matrix for both embeddings + softmax
+            src_tokens = tgt_tokens
+        else:
+            src_tokens = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.src_embed = Embeddings(cfg, src_tokens)
+        self.tgt_embed = Embeddings(cfg, tgt_tokens)
+        self.encoder = Encoder(cfg)
+        self.decoder = Decoder(cfg)
+        self.generator = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)  # pre-softmax linear
+        self.init_weights()
+        if cfg.weight_tying != "none":
+            self.generator.weight = tgt_tokens.weight
+
+    def init_weights(self) -> None:
+        """The paper does not state an initialisation. Like tensor2tensor and fairseq: Glorot
+        uniform for projections, zero biases, N(0, d_model^-0.5) for embeddings (so that scaled
+        by sqrt(d_model) they have unit variance)."""
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.xavier_uniform_(module.weight)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.Embedding):
+                nn.init.normal_(module.weight, mean=0.0, std=self.cfg.d_model**-0.5)
+
+    def encode(self, src_BS: Tensor) -> Memory:
+        """Source ids (B, S), padded with pad_id -> Memory with states (B, S, D)."""
+        src_is_pad_BS = src_BS.eq(self.cfg.pad_id)
+        states_BSD = self.encoder(self.src_embed(src_BS), padding_mask(src_is_pad_BS))
+        return Memory(states_BSD, src_is_pad_BS)
+
+    def cross_kvs(self, memory: Memory) -> list[tuple[Tensor, Tensor]]:
+        return [layer.cross_attn.project_kv(memory.states_BSD) for layer in self.decoder.layers]
+
+    def new_cache(self, memory: Memory) -> DecoderCache:
+        """An empty decoding cache for `memory`; projects the cross-attention keys/values once."""
+        return DecoderCache(self.cross_kvs(memory), padding_mask(memory.src_is_pad_BS),
+                            len(self.decoder.layers))
+
+    def decode(self, tgt_BT: Tensor, memory: Memory, cache: DecoderCache | None = None) -> Tensor:
+        """Target ids (B, T) starting with bos_id -> logits (B, T, V) of the next tokens.
+        With a cache, tgt holds only the positions after those already decoded into it."""
+        start = 0 if cache is None else len(cache)
+        T = tgt_BT.size(1)
+        self_mask = causal_mask(T, start, device=tgt_BT.device)  # (T, start + T)
+        if cache is None:
+            tgt_is_pad_BT = tgt_BT.eq(self.cfg.pad_id)
+            tgt_is_pad_BT[:, 0] = False  # position 0 always holds BOS, even if bos_id == pad_id
+            self_mask = self_mask[None, None] & ~tgt_is_pad_BT[:, None, None, :]  # (B, 1, T, T)
+            cross_kvs, cross_mask = self.cross_kvs(memory), padding_mask(memory.src_is_pad_BS)
+        else:
+            cross_kvs, cross_mask = cache.cross_kvs, cache.cross_mask
+        x_BTD = self.decoder(
+            self.tgt_embed(tgt_BT, start), cross_kvs=cross_kvs, self_mask=self_mask,
+            cross_mask=cross_mask, caches=None if cache is None else cache.self_kv,
+        )
+        return self.generator(x_BTD)  # (B, T, V); the softmax is in the loss / the search
+
+    def forward(self, src_BS: Tensor, tgt_BT: Tensor) -> Tensor:
+        """Teacher forcing: source (B, S) and shifted target (B, T) -> logits (B, T, V)."""
+        return self.decode(tgt_BT, self.encode(src_BS))

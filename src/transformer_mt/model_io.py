@@ -1,0 +1,157 @@
+"""A model on disk is a directory: `model.safetensors` (weights), `config.json` (model and
+decoding config) and `sentencepiece.model` (the vocabulary) beside them.
+
+Nothing is pickled and loading never executes code: weights are read only with safetensors, the
+config only with json. A wrong or damaged file raises `ModelLoadError` naming the file and the
+reason, before large allocations.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import tempfile
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from .config import ConfigError, DecodeConfig, ModelConfig, config_from_dict, config_to_dict
+from .model import Transformer
+
+WEIGHTS_FILE = "model.safetensors"
+CONFIG_FILE = "config.json"
+VOCAB_FILE = "sentencepiece.model"
+MAX_HEADER_BYTES = 100 * 1024 * 1024  # safetensors' own limit on the JSON header
+
+
+class ModelLoadError(ValueError):
+    """A model file is missing, damaged or not what it claims; the message names the file."""
+
+
+def unique_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """State dict with each tied tensor once, under its first name."""
+    seen: set[int] = set()
+    state = {}
+    for name, tensor in model.state_dict().items():
+        if tensor.data_ptr() not in seen:
+            seen.add(tensor.data_ptr())
+            state[name] = tensor.detach().contiguous()
+    return state
+
+
+def _atomic_write(path: Path, write) -> None:
+    """Write through a temporary file beside `path`, then rename it into place."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def save_model(model: Transformer, out_dir: str | Path, *, vocab_path: str | Path | None = None,
+               decode: DecodeConfig | None = None) -> Path:
+    """Write `model` (and optionally its vocabulary and decoding defaults) to `out_dir`."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    state = {k: v.cpu() for k, v in unique_state_dict(model).items()}
+    _atomic_write(out_dir / WEIGHTS_FILE,
+                  lambda p: save_file(state, str(p), metadata={"format": "pt"}))
+    decode = decode or DecodeConfig()
+    config = {"model": config_to_dict(model.cfg), "decode": config_to_dict(decode)}
+    _atomic_write(out_dir / CONFIG_FILE,
+                  lambda p: p.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8"))
+    if vocab_path is not None and Path(vocab_path).resolve() != (out_dir / VOCAB_FILE).resolve():
+        _atomic_write(out_dir / VOCAB_FILE, lambda p: shutil.copyfile(vocab_path, p))
+    return out_dir
+
+
+def load_config_json(path: Path) -> tuple[ModelConfig, DecodeConfig]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ModelLoadError(f"{path}: missing (a model directory needs {CONFIG_FILE})") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ModelLoadError(f"{path}: not a valid JSON config: {err}") from None
+    if not isinstance(data, dict) or "model" not in data:
+        raise ModelLoadError(f"{path}: expected an object with a 'model' section")
+    try:
+        model_cfg = config_from_dict(ModelConfig, data["model"], "model")
+        decode_cfg = config_from_dict(DecodeConfig, data.get("decode", {}), "decode")
+    except ConfigError as err:
+        raise ModelLoadError(f"{path}: {err}") from None
+    return model_cfg, decode_cfg
+
+
+def check_safetensors_header(path: Path) -> None:
+    """Refuse files that are not safetensors before reading them: pickles and torch.save zips,
+    truncated files, and headers larger than the file or the format's limit."""
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as f:
+            head = f.read(8)
+    except OSError as err:
+        raise ModelLoadError(f"{path}: cannot read: {err.strerror}") from None
+    if head[:1] == b"\x80" or head[:2] == b"PK":
+        raise ModelLoadError(
+            f"{path}: looks like a pickle or torch.save archive; only safetensors is accepted"
+        )
+    if len(head) < 8:
+        raise ModelLoadError(f"{path}: truncated ({size} bytes), not a safetensors file")
+    (header_len,) = struct.unpack("<Q", head)
+    if header_len > MAX_HEADER_BYTES or header_len > size - 8:
+        raise ModelLoadError(
+            f"{path}: header length {header_len} does not fit in a file of {size} bytes "
+            "(truncated or not safetensors)"
+        )
+
+
+def read_weights(path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of a safetensors file, after the header checks."""
+    check_safetensors_header(path)
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as err:
+        raise ModelLoadError(f"{path}: damaged safetensors file: {err}") from None
+
+
+def assign_weights(model: Transformer, state: dict[str, torch.Tensor], path: Path) -> None:
+    """Copy `state` (read from `path`) into `model`, requiring exactly its tensors and shapes."""
+    expected = unique_state_dict(model)
+    missing = sorted(expected.keys() - state.keys())
+    unexpected = sorted(state.keys() - expected.keys())
+    if missing or unexpected:
+        raise ModelLoadError(
+            f"{path}: tensors do not match the config: missing {missing[:5]}, "
+            f"unexpected {unexpected[:5]}"
+        )
+    for name, tensor in state.items():
+        want = expected[name]
+        if tensor.shape != want.shape or not tensor.is_floating_point():
+            raise ModelLoadError(
+                f"{path}: tensor '{name}' is {tuple(tensor.shape)} {tensor.dtype}, "
+                f"expected {tuple(want.shape)} floating point"
+            )
+    model.load_state_dict(state, strict=False)  # tied aliases are filled through the tie
+
+
+def load_model(model_dir: str | Path, *, device: str | torch.device = "cpu"
+               ) -> tuple[Transformer, DecodeConfig]:
+    """Read a model directory; returns the model in eval mode and its decoding defaults."""
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        raise ModelLoadError(f"{model_dir}: not a model directory")
+    model_cfg, decode_cfg = load_config_json(model_dir / CONFIG_FILE)
+    weights = model_dir / WEIGHTS_FILE
+    if not weights.exists():
+        raise ModelLoadError(f"{weights}: missing (a model directory needs {WEIGHTS_FILE})")
+    state = read_weights(weights)
+    model = Transformer(model_cfg)
+    assign_weights(model, state, weights)
+    return model.to(device).eval(), decode_cfg

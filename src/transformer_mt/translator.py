@@ -1,0 +1,82 @@
+"""Sentences in, sentences out: a model, its vocabulary and decoding settings in one object."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .config import DecodeConfig
+from .decoding import Hypothesis, generate
+from .model import Transformer
+from .model_io import VOCAB_FILE, load_model
+from .vocab import Vocabulary
+
+
+@dataclass(frozen=True)
+class Translation:
+    text: str
+    score: float  # log P / lp(|Y|), the beam search's ranking score
+    log_prob: float
+
+
+class Translator:
+    """Translate sentences with `model`. Sentences are decoded in batches of similar length and
+    returned in input order."""
+
+    def __init__(self, model: Transformer, vocab: Vocabulary, decode: DecodeConfig | None = None):
+        if len(vocab) != model.cfg.vocab_size:
+            raise ValueError(
+                f"vocabulary {vocab.path or ''} has {len(vocab)} pieces, the model expects "
+                f"{model.cfg.vocab_size}"
+            )
+        self.model = model.eval()
+        self.vocab = vocab
+        self.decode_cfg = decode or DecodeConfig()
+
+    @classmethod
+    def from_dir(cls, model_dir: str | Path, *, device: str = "cpu", **decode_overrides):
+        """Load a model directory (weights, config, vocabulary); override decoding settings,
+        e.g. `beam_size=5`."""
+        model, decode_cfg = load_model(model_dir, device=device)
+        vocab = Vocabulary.load(Path(model_dir) / VOCAB_FILE)
+        return cls(model, vocab, dataclasses.replace(decode_cfg, **decode_overrides))
+
+    def encode_source(self, sentence: str, index: int) -> list[int]:
+        ids = self.vocab.encode(sentence) + [self.model.cfg.eos_id]
+        limit = self.model.cfg.max_positions - self.decode_cfg.max_length_offset
+        if len(ids) > limit:
+            raise ValueError(
+                f"sentence {index + 1} has {len(ids)} tokens; this model takes at most {limit} "
+                f"(max_positions {self.model.cfg.max_positions} - max_length_offset "
+                f"{self.decode_cfg.max_length_offset})"
+            )
+        return ids
+
+    def translate_nbest(self, sentences: Sequence[str]) -> list[list[Translation]]:
+        """The n_best translations of each sentence, best first."""
+        sources = [self.encode_source(s, i) for i, s in enumerate(sentences)]
+        order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+        results: list[list[Translation]] = [[] for _ in sources]
+        device = next(self.model.parameters()).device
+        size = self.decode_cfg.batch_size
+        for start in range(0, len(order), size):
+            batch = order[start : start + size]
+            src_BS = torch.full((len(batch), max(len(sources[i]) for i in batch)),
+                                self.model.cfg.pad_id, dtype=torch.long)
+            for row, i in enumerate(batch):
+                src_BS[row, : len(sources[i])] = torch.tensor(sources[i])
+            nbests = generate(self.model, src_BS.to(device), self.decode_cfg)
+            for i, hyps in zip(batch, nbests, strict=True):
+                results[i] = [self._detokenize(h) for h in hyps]
+        return results
+
+    def _detokenize(self, hyp: Hypothesis) -> Translation:
+        return Translation(self.vocab.decode(hyp.tokens), hyp.score, hyp.log_prob)
+
+    def translate(self, sentences: Sequence[str]) -> list[str]:
+        """The best translation of each sentence."""
+        return [nbest[0].text for nbest in self.translate_nbest(sentences)]

@@ -1,0 +1,44 @@
+"""Shared fixtures: tiny seeded models and the real data in ../shared/data."""
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from transformer_mt import ModelConfig, Transformer
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("TRANSFORMER_MT_DATA", REPO.parent / "shared" / "data"))
+
+
+def tiny_config(**overrides) -> ModelConfig:
+    """d_model 32, 2+2 layers, vocabulary 50, no dropout (deterministic forward)."""
+    fields = dict(vocab_size=50, d_model=32, n_heads=4, d_ff=64, n_encoder_layers=2,
+                  n_decoder_layers=2, dropout=0.0, max_positions=128)
+    fields.update(overrides)
+    return ModelConfig(**fields)
+
+
+def tiny_model(seed: int = 0, **overrides) -> Transformer:
+    torch.manual_seed(seed)
+    return Transformer(tiny_config(**overrides)).eval()
+
+
+def random_batch(seed: int, batch: int, length: int, vocab: int = 50, pad_to: int = 0,
+                 lengths: list[int] | None = None) -> torch.Tensor:
+    """Padded source ids (B, S): tokens 4..vocab-1, ending in EOS (3), then padding (0)."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = lengths or [length] * batch
+    src = torch.zeros(batch, max(max(lengths), pad_to), dtype=torch.long)
+    for b, n in enumerate(lengths):
+        src[b, : n - 1] = torch.randint(4, vocab, (n - 1,), generator=g)
+        src[b, n - 1] = 3
+    return src
+
+
+@pytest.fixture
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"real data not found at {SHARED_DATA} (set TRANSFORMER_MT_DATA)")
+    return SHARED_DATA

@@ -1,0 +1,82 @@
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from transformer_mt.attention import (
+    KVCache,
+    MultiHeadAttention,
+    causal_mask,
+    padding_mask,
+    reference_attention,
+)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**16), t=st.integers(1, 9), s=st.integers(1, 9),
+       d_k=st.integers(1, 8), d_v=st.integers(1, 8))
+def test_sdpa_equals_reference_attention(seed, t, s, d_k, d_v):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(2, 3, t, d_k, generator=g)
+    k = torch.randn(2, 3, s, d_k, generator=g)
+    v = torch.randn(2, 3, s, d_v, generator=g)
+    is_pad = torch.rand(2, s, generator=g) < 0.3
+    is_pad[:, 0] = False
+    mask = padding_mask(is_pad)
+    fast = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    torch.testing.assert_close(fast, reference_attention(q, k, v, mask), atol=1e-5, rtol=1e-5)
+
+
+def test_multihead_attention_equals_torch_multihead_attention():
+    torch.manual_seed(0)
+    ours = MultiHeadAttention(d_model=16, n_heads=4, d_k=4, d_v=4, bias=True)
+    ref = nn.MultiheadAttention(16, 4, batch_first=True)
+    with torch.no_grad():
+        ref.in_proj_weight.copy_(torch.cat([ours.w_q.weight, ours.w_k.weight, ours.w_v.weight]))
+        ref.in_proj_bias.copy_(torch.cat([ours.w_q.bias, ours.w_k.bias, ours.w_v.bias]))
+        ref.out_proj.weight.copy_(ours.w_o.weight)
+        ref.out_proj.bias.copy_(ours.w_o.bias)
+    x, mem = torch.randn(3, 5, 16), torch.randn(3, 7, 16)
+    is_pad = torch.zeros(3, 7, dtype=torch.bool)
+    is_pad[1, 4:] = True
+    got = ours(x, ours.project_kv(mem), padding_mask(is_pad))
+    want, _ = ref(x, mem, mem, key_padding_mask=is_pad)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_separate_dk_dv_shapes():
+    attn = MultiHeadAttention(d_model=16, n_heads=2, d_k=3, d_v=5)
+    k, v = attn.project_kv(torch.randn(4, 6, 16))
+    assert k.shape == (4, 2, 6, 3) and v.shape == (4, 2, 6, 5)
+    assert attn(torch.randn(4, 2, 16), (k, v), None).shape == (4, 2, 16)
+    assert attn.w_o.weight.shape == (16, 10)
+
+
+def test_fully_padded_row_attends_everywhere_instead_of_nan():
+    is_pad = torch.tensor([[False, True, True], [True, True, True]])
+    mask = padding_mask(is_pad)
+    assert mask.shape == (2, 1, 1, 3)
+    assert mask[0, 0, 0].tolist() == [True, False, False]
+    assert mask[1, 0, 0].tolist() == [True, True, True]
+    q, k, v = torch.randn(2, 1, 2, 4), torch.randn(2, 1, 3, 4), torch.randn(2, 1, 3, 4)
+    assert F.scaled_dot_product_attention(q, k, v, attn_mask=mask).isfinite().all()
+
+
+def test_causal_mask_with_offset():
+    assert causal_mask(3).tolist() == [[True, False, False], [True, True, False],
+                                       [True, True, True]]
+    # two new queries at positions 2 and 3 over keys 0..3
+    assert causal_mask(2, offset=2).tolist() == [[True, True, True, False], [True] * 4]
+
+
+def test_kv_cache_extend_and_reorder():
+    cache = KVCache()
+    assert len(cache) == 0
+    k1, v1 = torch.arange(2.0).view(2, 1, 1, 1), -torch.arange(2.0).view(2, 1, 1, 1)
+    cache.extend(k1, v1)
+    k, v = cache.extend(k1 + 10, v1 - 10)
+    assert len(cache) == 2 and k[:, 0, :, 0].tolist() == [[0, 10], [1, 11]]
+    cache.reorder(torch.tensor([1, 1]))
+    assert cache.k_BHLK[:, 0, :, 0].tolist() == [[1, 11], [1, 11]]
+    assert cache.v_BHLV[:, 0, :, 0].tolist() == [[-1, -11], [-1, -11]]

@@ -1,0 +1,231 @@
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import random_batch, tiny_model
+from transformer_mt import DecodeConfig, beam_search, greedy_search, sample
+from transformer_mt.decoding import filter_logits, length_penalty
+
+PAD, BOS, EOS, A, B = 0, 2, 3, 4, 5
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_cached_decoding_matches_full_forward(norm_first):
+    model = tiny_model(norm_first=norm_first)
+    src = random_batch(0, 3, 7, lengths=[7, 4, 6])
+    tgt = random_batch(1, 3, 9)
+    tgt[:, 0] = BOS
+    memory = model.encode(src)
+    full = model.decode(tgt, memory)
+    cache = model.new_cache(memory)
+    steps = [model.decode(tgt[:, t : t + 1], memory, cache) for t in range(tgt.size(1))]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+    assert len(cache) == tgt.size(1)
+
+
+def test_cached_decoding_in_chunks_matches_full_forward():
+    model = tiny_model()
+    src, tgt = random_batch(0, 2, 5), random_batch(1, 2, 8)
+    tgt[:, 0] = BOS
+    memory = model.encode(src)
+    cache = model.new_cache(memory)
+    chunks = [model.decode(tgt[:, a:b], memory, cache) for a, b in [(0, 3), (3, 4), (4, 8)]]
+    torch.testing.assert_close(torch.cat(chunks, 1), model.decode(tgt, memory), atol=1e-5,
+                               rtol=1e-5)
+
+
+def test_cross_attention_keys_values_projected_once_per_source():
+    model = tiny_model()
+    calls = {"cross_k": 0, "self_k": 0, "encoder": 0}
+    for layer in model.decoder.layers:
+        layer.cross_attn.w_k.register_forward_hook(lambda *_: calls.__setitem__(
+            "cross_k", calls["cross_k"] + 1))
+        layer.self_attn.w_k.register_forward_hook(lambda *_: calls.__setitem__(
+            "self_k", calls["self_k"] + 1))
+    model.encoder.register_forward_hook(lambda *_: calls.__setitem__(
+        "encoder", calls["encoder"] + 1))
+    hyps = beam_search(model, random_batch(0, 2, 5), DecodeConfig(max_length_offset=6))
+    steps = max(len(h[0].tokens) for h in hyps) + 1
+    n_layers = len(model.decoder.layers)
+    assert calls["encoder"] == 1
+    assert calls["cross_k"] == n_layers  # once per layer for the whole search
+    assert calls["self_k"] >= n_layers * steps  # once per layer and step
+
+
+def test_beam_size_one_equals_greedy():
+    model = tiny_model(seed=3)
+    src = random_batch(0, 4, 8, lengths=[8, 3, 6, 5])
+    cfg = DecodeConfig(beam_size=1, max_length_offset=10)
+    beam = beam_search(model, src, cfg)
+    greedy = greedy_search(model, src, cfg)
+    for (b,), (g,) in zip(beam, greedy, strict=True):
+        assert b.tokens == g.tokens
+        assert b.score == pytest.approx(g.score, abs=1e-5)
+        assert b.log_prob == pytest.approx(g.log_prob, abs=1e-5)
+
+
+@pytest.mark.parametrize("search", [beam_search, greedy_search])
+def test_results_do_not_depend_on_batch(search):
+    model = tiny_model(seed=4)
+    lengths = [9, 3, 6, 5, 7]
+    src = random_batch(0, 5, 9, lengths=lengths)
+    cfg = DecodeConfig(beam_size=3, n_best=3, max_length_offset=8)
+    batched = search(model, src, cfg)
+    for i, n in enumerate(lengths):
+        alone = search(model, src[i : i + 1, :n], cfg)[0]
+        assert [h.tokens for h in alone] == [h.tokens for h in batched[i]]
+        assert [h.score for h in alone] == pytest.approx([h.score for h in batched[i]], abs=1e-4)
+    reversed_batch = search(model, src.flip(0), cfg)
+    assert [[h.tokens for h in hs] for hs in reversed_batch[::-1]] == \
+        [[h.tokens for h in hs] for hs in batched]
+
+
+def test_nbest_sorted_and_scores_consistent():
+    model = tiny_model(seed=5)
+    cfg = DecodeConfig(beam_size=5, n_best=5, length_penalty=0.6, max_length_offset=6)
+    for hyps in beam_search(model, random_batch(1, 3, 6), cfg):
+        assert len(hyps) == 5
+        assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
+        assert len({tuple(h.tokens) for h in hyps}) == 5
+        for h in hyps:
+            assert h.score == pytest.approx(h.log_prob / length_penalty(len(h.tokens) + 1, 0.6))
+
+
+def test_beam_scores_are_the_model_log_probabilities():
+    model = tiny_model(seed=6)
+    src = random_batch(2, 1, 6)
+    (hyp, *_), = beam_search(model, src, DecodeConfig(beam_size=3, max_length_offset=5))
+    tgt = torch.tensor([[BOS, *hyp.tokens]])
+    logp = torch.log_softmax(model(src, tgt), dim=-1)[0]
+    want = sum(logp[t, tok].item() for t, tok in enumerate([*hyp.tokens, EOS]))
+    assert hyp.log_prob == pytest.approx(want, abs=1e-4)
+
+
+# --- hand-built cases: a fake model returning fixed probability tables -----------------------
+
+class PrefixCache:
+    def __init__(self, rows):
+        self.prefixes = [[] for _ in range(rows)]
+
+    def reorder(self, index):
+        self.prefixes = [list(self.prefixes[i]) for i in index.tolist()]
+
+
+class TableModel:
+    """Next-token probabilities looked up by the tokens generated so far (BOS excluded)."""
+
+    def __init__(self, table, default, vocab=6):
+        self.cfg = SimpleNamespace(pad_id=PAD, bos_id=BOS, eos_id=EOS)
+        self.table, self.default, self.vocab = table, default, vocab
+
+    def encode(self, src):
+        return SimpleNamespace(index_select=lambda idx: SimpleNamespace(rows=len(idx)),
+                               rows=src.size(0))
+
+    def new_cache(self, memory):
+        return PrefixCache(memory.rows)
+
+    def decode(self, tgt_BT, memory, cache):
+        rows = []
+        for prefix, token in zip(cache.prefixes, tgt_BT[:, -1].tolist(), strict=True):
+            if token != BOS:
+                prefix.append(token)
+            probs = torch.zeros(self.vocab)
+            for tok, p in self.table.get(tuple(prefix), self.default).items():
+                probs[tok] = p
+            rows.append(probs.log())
+        return torch.stack(rows)[:, None, :]
+
+
+TABLE = {
+    (): {A: 0.5, B: 0.3, EOS: 0.2},
+    (A,): {A: 0.1, B: 0.3, EOS: 0.6},
+    (B,): {A: 0.95, B: 0.025, EOS: 0.025},
+}
+SRC = torch.tensor([[A, A, EOS]])  # source length 3: outputs up to 53 tokens
+
+
+def test_hand_built_beam_without_length_penalty():
+    # step 1: A .5, B .3 alive; EOS .2 ranks 3rd of 2N=4, outside the first N=2: not finished.
+    # step 2: [A EOS] .30 finishes; [B A] .285 and [A B] .15 stay alive.
+    # step 3: both end (EOS prob 1 by default): 3 finished >= N, the search stops.
+    hyps = beam_search(TableModel(TABLE, {EOS: 1.0}), SRC,
+                       DecodeConfig(beam_size=2, n_best=2, length_penalty=0.0))[0]
+    assert [h.tokens for h in hyps] == [[A], [B, A]]
+    assert [h.log_prob for h in hyps] == pytest.approx([math.log(0.3), math.log(0.285)])
+    assert [h.score for h in hyps] == pytest.approx([math.log(0.3), math.log(0.285)])
+
+
+def test_hand_built_beam_with_length_penalty():
+    # Same search; lp(2) = (7/6)^0.6, lp(3) = (8/6)^0.6 lets the longer [B A] win.
+    hyps = beam_search(TableModel(TABLE, {EOS: 1.0}), SRC,
+                       DecodeConfig(beam_size=2, n_best=2, length_penalty=0.6))[0]
+    assert [h.tokens for h in hyps] == [[B, A], [A]]
+    assert [h.score for h in hyps] == pytest.approx(
+        [math.log(0.285) / (8 / 6) ** 0.6, math.log(0.3) / (7 / 6) ** 0.6])
+
+
+def test_hand_built_beam_three_best_and_batch():
+    model = TableModel(TABLE, {EOS: 1.0})
+    cfg = DecodeConfig(beam_size=3, n_best=3, length_penalty=0.0)
+    # N=3: at step 1 EOS (.2) ranks 3rd of 6, inside the first 3, so [] finishes too.
+    hyps = beam_search(model, SRC.repeat(2, 1), cfg)
+    for sentence in hyps:
+        assert [h.tokens for h in sentence] == [[A], [B, A], []]
+        assert [h.log_prob for h in sentence] == pytest.approx(
+            [math.log(0.3), math.log(0.285), math.log(0.2)])
+
+
+def test_max_length_is_source_length_plus_offset():
+    never_ends = TableModel({}, {A: 0.9, B: 0.09, EOS: 0.01})
+    src = torch.tensor([[A, EOS, PAD, PAD], [A, A, A, EOS]])  # lengths 2 and 4
+    for search in (beam_search, greedy_search):
+        hyps = search(never_ends, src, DecodeConfig(beam_size=2, max_length_offset=5))
+        # at most len + 5 tokens, EOS (forced) included
+        assert [len(h[0].tokens) + 1 for h in hyps] == [7, 9]
+        assert hyps[0][0].tokens == [A] * 6
+    # the paper's default offset is 50
+    (hyp,), = greedy_search(never_ends, src[:1], DecodeConfig())
+    assert len(hyp.tokens) + 1 == 2 + 50
+
+
+def test_length_penalty_values():
+    assert length_penalty(1, 0.6) == 1.0
+    assert length_penalty(7, 0.6) == pytest.approx(2.0**0.6)
+    assert length_penalty(100, 0.0) == 1.0
+
+
+# --- sampling ------------------------------------------------------------------------------
+
+def test_sampling_seeded_and_top_k_one_is_greedy():
+    model = tiny_model(seed=7)
+    src = random_batch(0, 3, 6)
+    cfg = DecodeConfig(strategy="sample", seed=11, max_length_offset=8)
+    first, again = sample(model, src, cfg), sample(model, src, cfg)
+    assert [h[0].tokens for h in first] == [h[0].tokens for h in again]
+    top1 = sample(model, src, DecodeConfig(strategy="sample", top_k=1, max_length_offset=8))
+    greedy = greedy_search(model, src, DecodeConfig(max_length_offset=8))
+    assert [h[0].tokens for h in top1] == [h[0].tokens for h in greedy]
+
+
+@settings(max_examples=50, deadline=None)
+@given(seed=st.integers(0, 2**16), top_k=st.integers(0, 12), top_p=st.floats(0.01, 1.0))
+def test_filter_logits_properties(seed, top_k, top_p):
+    logits = torch.randn(3, 10, generator=torch.Generator().manual_seed(seed))
+    kept = filter_logits(logits, top_k=top_k, top_p=top_p).isfinite()
+    assert kept.gather(1, logits.argmax(1, keepdim=True)).all()  # the best is always kept
+    if top_k:
+        assert (kept.sum(1) <= top_k).all()
+    if top_k == 0:
+        probs = logits.softmax(1)
+        # the kept set is the smallest prefix of the sorted tokens reaching mass top_p
+        for row in range(3):
+            order = probs[row].argsort(descending=True)
+            n = int(kept[row].sum())
+            assert kept[row, order[:n]].all()
+            assert probs[row, order[: n - 1]].sum() < top_p + 1e-6
+            assert probs[row, order[:n]].sum() >= min(top_p, 1.0) - 1e-6

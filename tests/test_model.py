@@ -1,0 +1,230 @@
+import math
+
+import pytest
+import torch
+from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
+
+from conftest import random_batch, tiny_config, tiny_model
+from transformer_mt import Transformer, load_config
+from transformer_mt.attention import padding_mask
+from transformer_mt.model import DecoderLayer, EncoderLayer, sinusoidal_positions
+from transformer_mt.model_stats import count_parameters, forward_flops_per_token, model_stats
+
+
+def copy_attention(ours, ref: nn.MultiheadAttention):
+    ref.in_proj_weight.copy_(torch.cat([ours.w_q.weight, ours.w_k.weight, ours.w_v.weight]))
+    ref.in_proj_bias.copy_(torch.cat([ours.w_q.bias, ours.w_k.bias, ours.w_v.bias]))
+    ref.out_proj.weight.copy_(ours.w_o.weight)
+    ref.out_proj.bias.copy_(ours.w_o.bias)
+
+
+def copy_common(ours, ref, n_norms):
+    copy_attention(ours.self_attn, ref.self_attn)
+    ref.linear1.load_state_dict(ours.ff.w_1.state_dict())
+    ref.linear2.load_state_dict(ours.ff.w_2.state_dict())
+    for i in range(1, n_norms + 1):
+        getattr(ref, f"norm{i}").load_state_dict(getattr(ours, f"sublayer{i}").norm.state_dict())
+
+
+def randomize(module):
+    """Non-trivial biases and norm parameters, so that copying them is actually checked."""
+    with torch.no_grad():
+        for p in module.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_encoder_layer_equals_torch(norm_first):
+    cfg = tiny_config(attention_bias=True, norm_first=norm_first)
+    torch.manual_seed(0)
+    ours = EncoderLayer(cfg).eval()
+    randomize(ours)
+    ref = nn.TransformerEncoderLayer(cfg.d_model, cfg.n_heads, cfg.d_ff, dropout=0.0,
+                                     layer_norm_eps=cfg.layer_norm_eps, batch_first=True,
+                                     norm_first=norm_first).eval()
+    with torch.no_grad():
+        copy_common(ours, ref, 2)
+    x = torch.randn(3, 7, cfg.d_model)
+    is_pad = torch.zeros(3, 7, dtype=torch.bool)
+    is_pad[0, 5:] = True
+    got = ours(x, padding_mask(is_pad))
+    want = ref(x, src_key_padding_mask=is_pad)
+    torch.testing.assert_close(got[~is_pad], want[~is_pad], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_decoder_layer_equals_torch(norm_first):
+    cfg = tiny_config(attention_bias=True, norm_first=norm_first)
+    torch.manual_seed(1)
+    ours = DecoderLayer(cfg).eval()
+    randomize(ours)
+    ref = nn.TransformerDecoderLayer(cfg.d_model, cfg.n_heads, cfg.d_ff, dropout=0.0,
+                                     layer_norm_eps=cfg.layer_norm_eps, batch_first=True,
+                                     norm_first=norm_first).eval()
+    with torch.no_grad():
+        copy_common(ours, ref, 3)
+        copy_attention(ours.cross_attn, ref.multihead_attn)
+    x, mem = torch.randn(2, 6, cfg.d_model), torch.randn(2, 4, cfg.d_model)
+    mem_is_pad = torch.tensor([[False] * 4, [False, False, True, True]])
+    causal = nn.Transformer.generate_square_subsequent_mask(6)
+    got = ours(x, cross_kv=ours.cross_attn.project_kv(mem),
+               self_mask=torch.tril(torch.ones(6, 6, dtype=torch.bool)),
+               cross_mask=padding_mask(mem_is_pad))
+    want = ref(x, mem, tgt_mask=causal, memory_key_padding_mask=mem_is_pad)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_post_norm_stacks_have_no_final_norm_and_pre_norm_stacks_do():
+    assert tiny_model().encoder.final_norm is None and tiny_model().decoder.final_norm is None
+    pre = tiny_model(norm_first=True)
+    assert isinstance(pre.encoder.final_norm, nn.LayerNorm)
+    assert isinstance(pre.decoder.final_norm, nn.LayerNorm)
+
+
+def test_future_target_tokens_do_not_change_earlier_logits():
+    model = tiny_model()
+    src = random_batch(0, 2, 6)
+    tgt = random_batch(1, 2, 8)
+    tgt[:, 0] = 2
+    changed = tgt.clone()
+    changed[:, 5:] = random_batch(2, 2, 3)
+    a, b = model(src, tgt), model(src, changed)
+    torch.testing.assert_close(a[:, :5], b[:, :5])
+    assert not torch.allclose(a[:, 5:], b[:, 5:])
+
+
+def test_source_padding_does_not_change_outputs():
+    model = tiny_model()
+    src = random_batch(0, 2, 6)
+    padded = torch.cat([src, torch.zeros(2, 5, dtype=torch.long)], dim=1)
+    tgt = random_batch(1, 2, 5)
+    tgt[:, 0] = 2
+    torch.testing.assert_close(model(padded, tgt), model(src, tgt), atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(model.encode(padded).states_BSD[:, :6],
+                               model.encode(src).states_BSD, atol=1e-6, rtol=1e-5)
+
+
+def test_target_padding_does_not_change_real_positions():
+    model = tiny_model()
+    src = random_batch(0, 1, 6)
+    tgt = torch.tensor([[2, 7, 8, 9]])
+    padded = torch.tensor([[2, 7, 8, 9, 0, 0]])
+    torch.testing.assert_close(model(src, padded)[:, :4], model(src, tgt))
+
+
+def test_empty_sentence_in_batch_gives_finite_outputs():
+    model = tiny_model()
+    src = random_batch(0, 3, 6)
+    src[1] = 0  # a row that is all padding
+    tgt = torch.full((3, 4), 2)
+    logits = model(src, tgt)
+    assert logits.isfinite().all()
+    loss = nn.functional.cross_entropy(logits.view(-1, 50), torch.full((12,), 5))
+    loss.backward()
+    assert all(p.grad.isfinite().all() for p in model.parameters() if p.grad is not None)
+
+
+def test_sinusoids_interleaved_pinned():
+    table = sinusoidal_positions(3, 4, "interleaved")
+    # PE(pos, 2i) = sin(pos / 10000^(2i/4)), PE(pos, 2i+1) = cos(pos / 10000^(2i/4))
+    want = [[0, 1, 0, 1],
+            [math.sin(1), math.cos(1), math.sin(0.01), math.cos(0.01)],
+            [math.sin(2), math.cos(2), math.sin(0.02), math.cos(0.02)]]
+    torch.testing.assert_close(table, torch.tensor(want))
+    big = sinusoidal_positions(51, 512)
+    assert big[50, 510].item() == pytest.approx(math.sin(50 / 10000 ** (510 / 512)), abs=1e-7)
+    assert big[50, 511].item() == pytest.approx(math.cos(50 / 10000 ** (510 / 512)), abs=1e-7)
+
+
+def test_sinusoids_concat_pinned():
+    table = sinusoidal_positions(3, 6, "concat")
+    # tensor2tensor: 3 timescales 1, 10000^-(1/2), 10000^-1; sines then cosines
+    f = [1.0, 0.01, 1e-4]
+    want = [[math.sin(p * x) for x in f] + [math.cos(p * x) for x in f] for p in range(3)]
+    torch.testing.assert_close(table, torch.tensor(want))
+
+
+def test_embeddings_scaled_by_sqrt_d_model_plus_positions():
+    model = tiny_model()
+    ids = torch.tensor([[5, 6, 7]])
+    emb = model.src_embed(ids)
+    want = model.src_embed.tokens.weight[ids] * math.sqrt(32) + sinusoidal_positions(3, 32)
+    torch.testing.assert_close(emb, want)
+    unscaled = tiny_model(scale_embeddings=False)
+    torch.testing.assert_close(unscaled.src_embed(ids),
+                               model.src_embed.tokens.weight[ids] + sinusoidal_positions(3, 32))
+
+
+def test_learned_positions_option():
+    model = tiny_model(positional="learned")
+    assert model.src_embed.learned_positions.weight.shape == (128, 32)
+    ids = torch.tensor([[5, 6]])
+    want = model.src_embed.tokens.weight[ids] * math.sqrt(32) + \
+        model.src_embed.learned_positions.weight[:2]
+    torch.testing.assert_close(model.src_embed(ids), want)
+
+
+def test_positions_beyond_table_are_an_error():
+    with pytest.raises(ValueError, match="max_positions=128"):
+        tiny_model()(torch.ones(1, 129, dtype=torch.long), torch.full((1, 2), 2))
+
+
+def test_three_way_tying_and_untying():
+    tied = tiny_model()
+    assert tied.src_embed.tokens.weight is tied.tgt_embed.tokens.weight
+    assert tied.generator.weight is tied.tgt_embed.tokens.weight
+    dec = tiny_model(weight_tying="decoder")
+    assert dec.src_embed.tokens.weight is not dec.tgt_embed.tokens.weight
+    assert dec.generator.weight is dec.tgt_embed.tokens.weight
+    untied = tiny_model(weight_tying="none")
+    assert untied.generator.weight is not untied.tgt_embed.tokens.weight
+    total = [count_parameters(m)[0] for m in (tied, dec, untied)]
+    assert total[1] - total[0] == total[2] - total[1] == 50 * 32
+
+
+def test_activation_choices_are_used():
+    x = torch.randn(2, 3, 32)
+    for name, fn in [("relu", torch.relu), ("gelu", nn.functional.gelu),
+                     ("silu", nn.functional.silu)]:
+        ff = tiny_model(activation=name).encoder.layers[0].ff
+        torch.testing.assert_close(ff(x), ff.w_2(fn(ff.w_1(x))))
+
+
+def test_base_and_big_parameter_counts():
+    # Written out: per encoder layer 4 D^2 (attention, no bias) + 2 D F + F + D (FFN) + 4 D
+    # (two LayerNorms); per decoder layer 8 D^2 + 2 D F + F + D + 6 D; one tied V x D matrix.
+    def expected(D, F, V=37_000, N=6):
+        enc = 4 * D * D + 2 * D * F + F + D + 4 * D
+        dec = 8 * D * D + 2 * D * F + F + D + 6 * D
+        return N * (enc + dec) + V * D
+
+    base = model_stats(load_config("base").model).parameters
+    big = model_stats(load_config("big").model).parameters
+    assert base == expected(512, 2048) == 63_045_632
+    assert big == expected(1024, 4096) == 214_171_648
+    # Paper Table 3: 65M and 213M. Big is within 1%; base is 3.0% below 65M, and no reading of
+    # §3 with a 37k tied vocabulary gives 65M (it would need ~40.8k tokens, big ~35.9k).
+    assert abs(big / 213e6 - 1) < 0.02
+    assert abs(base / 65e6 - 1) < 0.031
+
+
+@pytest.mark.parametrize("cfg_kw", [{}, {"d_k": 5, "d_v": 3, "weight_tying": "none"}])
+def test_flops_formula_matches_torch_flop_counter(cfg_kw):
+    model = tiny_model(**cfg_kw)
+    L = 9
+    src, tgt = random_batch(0, 1, L), random_batch(1, 1, L)
+    # The math backend decomposes attention into matmuls the counter sees; it does not count
+    # the fused CPU flash kernel.
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        model(src, tgt)
+    assert counter.get_total_flops() == L * forward_flops_per_token(model.cfg, L)
+
+
+def test_model_builds_from_every_preset():
+    for preset, d_model in [("tiny", 64), ("small", 256)]:
+        cfg = load_config(preset, ["model.vocab_size=100"]).model
+        assert cfg.d_model == d_model
+        logits = Transformer(cfg)(random_batch(0, 2, 5, vocab=100), torch.full((2, 3), 2))
+        assert logits.shape == (2, 3, 100)
