@@ -42,3 +42,23 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"real data not found at {SHARED_DATA} (set TRANSFORMER_MT_DATA)")
     return SHARED_DATA
+
+
+def read_lines(path: Path, n: int) -> list[str]:
+    import gzip
+
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return [next(f).rstrip("\n") for _ in range(n)]
+
+
+@pytest.fixture(scope="session")
+def multi30k_vocab(tmp_path_factory):
+    """A 300-piece joint BPE vocabulary trained on 500 Multi30k en/de training pairs."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"real data not found at {SHARED_DATA} (set TRANSFORMER_MT_DATA)")
+    from transformer_mt import train_vocabulary
+
+    texts = read_lines(SHARED_DATA / "multi30k/train.en.gz", 500) + \
+        read_lines(SHARED_DATA / "multi30k/train.de.gz", 500)
+    path = tmp_path_factory.mktemp("vocab") / "sentencepiece.model"
+    return train_vocabulary(texts, vocab_size=300, out_path=path)

@@ -1,0 +1,51 @@
+import subprocess
+import sys
+
+import torch
+
+from transformer_mt import ModelConfig, Transformer, save_model
+from transformer_mt.cli import main
+
+
+def test_info_prints_parameters_and_flops(capsys):
+    assert main(["info", "--config", "base"]) == 0
+    out = capsys.readouterr().out
+    assert "63,045,632 (63.0M)" in out and "44,101,632" in out
+    assert "forward FLOPs per token:  127,148,032" in out
+    assert main(["info", "--config", "big", "--vocab-size", "32000"]) == 0
+    assert f"{214_171_648 - 5000 * 1024:,}" in capsys.readouterr().out
+
+
+def test_info_bad_config_is_a_clear_error(capsys):
+    assert main(["info", "--config", "base", "model.d_modle=3"]) == 2
+    assert "unknown config key 'model.d_modle'" in capsys.readouterr().err
+
+
+def test_console_script_help():
+    out = subprocess.run([sys.executable, "-m", "transformer_mt.cli", "--help"],
+                         capture_output=True, text=True, check=True).stdout
+    assert "info" in out and "translate" in out
+
+
+def test_translate_end_to_end(tmp_path, multi30k_vocab):
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=len(multi30k_vocab), d_model=32, n_heads=4, d_ff=64,
+                      n_encoder_layers=1, n_decoder_layers=1, dropout=0.0)
+    save_model(Transformer(cfg), tmp_path / "model", vocab_path=multi30k_vocab.path)
+    src = tmp_path / "in.txt"
+    src.write_text("Two dogs.\nA man sleeps.\r\nA girl.\n", encoding="utf-8")
+    out = tmp_path / "out.txt"
+    assert main(["translate", "--model", str(tmp_path / "model"), "--input", str(src),
+                 "--output", str(out), "--beam-size", "2"]) == 0
+    assert len(out.read_text(encoding="utf-8").splitlines()) == 3
+    nbest = tmp_path / "nbest.txt"
+    assert main(["translate", "--model", str(tmp_path / "model"), "--input", str(src),
+                 "--output", str(nbest), "--beam-size", "2", "--n-best", "2"]) == 0
+    rows = [line.split("\t") for line in nbest.read_text(encoding="utf-8").splitlines()]
+    assert [r[0] for r in rows] == ["0", "0", "1", "1", "2", "2"]
+    assert float(rows[0][1]) >= float(rows[1][1])
+
+
+def test_translate_missing_model_is_a_clear_error(tmp_path, capsys):
+    assert main(["translate", "--model", str(tmp_path / "nope")]) == 2
+    assert "not a model directory" in capsys.readouterr().err

@@ -1,0 +1,61 @@
+import pytest
+
+from transformer_mt import ModelConfig, load_config
+from transformer_mt.config import ConfigError
+
+
+def test_presets_follow_the_paper():
+    base, big = load_config("base"), load_config("big")
+    assert (base.model.d_model, base.model.d_ff, base.model.n_heads, base.model.dropout) == \
+        (512, 2048, 8, 0.1)
+    assert (big.model.d_model, big.model.d_ff, big.model.n_heads, big.model.dropout) == \
+        (1024, 4096, 16, 0.3)
+    assert base.model.n_encoder_layers == big.model.n_decoder_layers == 6
+    small, tiny = load_config("small").model, load_config("tiny").model
+    assert (small.n_encoder_layers, small.d_model, small.n_heads, small.d_ff) == (3, 256, 4, 1024)
+    assert (tiny.n_encoder_layers, tiny.d_model) == (2, 64)
+
+
+def test_defaults_are_the_paper():
+    cfg = load_config("base")
+    m, d = cfg.model, cfg.decode
+    assert not m.norm_first and m.positional == "sinusoidal" and m.scale_embeddings
+    assert m.weight_tying == "three_way" and m.activation == "relu"
+    assert m.head_dim_k == m.head_dim_v == 64
+    assert (d.beam_size, d.length_penalty, d.max_length_offset) == (4, 0.6, 50)
+
+
+def test_overrides_and_yaml_file(tmp_path):
+    cfg = load_config("tiny", ["model.n_heads=2", "--decode.beam_size=6", "model.d_k=null"])
+    assert cfg.model.n_heads == 2 and cfg.decode.beam_size == 6
+    path = tmp_path / "mine.yaml"
+    path.write_text("model:\n  d_model: 128\n  dropout: 0\n")
+    cfg = load_config(path)
+    assert cfg.model.d_model == 128 and cfg.model.dropout == 0.0
+
+
+@pytest.mark.parametrize("override, message", [
+    ("model.d_modle=3", "unknown config key 'model.d_modle'"),
+    ("trian.steps=3", "unknown config key 'trian'"),
+    ("model.d_model=big", "'model.d_model' must be int"),
+    ("model.norm_first=1", "'model.norm_first' must be bool"),
+    ("model.positional=rotary", "'model.positional' must be one of"),
+    ("model.n_heads=7", "not divisible by n_heads=7"),
+    ("decode.n_best=9", "n_best=9 exceeds beam_size=4"),
+    ("model", "not of the form"),
+])
+def test_bad_overrides_name_the_key(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config("base", [override])
+
+
+def test_unknown_preset():
+    with pytest.raises(ConfigError, match="unknown preset 'huge'.*base, big, small, tiny"):
+        load_config("huge")
+
+
+def test_validation_in_dataclass():
+    with pytest.raises(ValueError, match="dropout"):
+        ModelConfig(dropout=1.5)
+    with pytest.raises(ValueError, match="eos_id"):
+        ModelConfig(vocab_size=3)

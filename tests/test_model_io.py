@@ -1,0 +1,115 @@
+import json
+import os
+import pickle
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from conftest import random_batch, tiny_model
+from transformer_mt import DecodeConfig, ModelLoadError, beam_search, load_model, save_model
+from transformer_mt.model_io import CONFIG_FILE, WEIGHTS_FILE
+
+
+def test_save_load_round_trip_identical_outputs(tmp_path):
+    model = tiny_model(seed=1, weight_tying="decoder", positional="learned")
+    decode = DecodeConfig(beam_size=3, length_penalty=1.0)
+    save_model(model, tmp_path / "m", decode=decode)
+    loaded, loaded_decode = load_model(tmp_path / "m")
+    assert loaded.cfg == model.cfg and loaded_decode == decode
+    assert loaded.generator.weight is loaded.tgt_embed.tokens.weight  # the tie survives
+    src, tgt = random_batch(0, 3, 6), random_batch(1, 3, 5)
+    assert torch.equal(loaded(src, tgt), model(src, tgt))
+    assert [h[0].tokens for h in beam_search(loaded, src, decode)] == \
+        [h[0].tokens for h in beam_search(model, src, decode)]
+    assert json.loads((tmp_path / "m" / CONFIG_FILE).read_text())["model"]["d_model"] == 32
+
+
+def test_tied_matrix_stored_once(tmp_path):
+    save_model(tiny_model(), tmp_path)
+    from safetensors import safe_open
+
+    with safe_open(str(tmp_path / WEIGHTS_FILE), "pt") as f:
+        names = list(f.keys())
+    assert sum("tokens.weight" in n or "generator" in n for n in names) == 1
+
+
+class Payload:
+    """Unpickling this runs a shell command that creates a marker file."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.mark.parametrize("writer", ["pickle", "torch.save"])
+def test_pickle_payload_refused_and_not_executed(tmp_path, writer):
+    save_model(tiny_model(), tmp_path)
+    marker = tmp_path / "pwned"
+    weights = tmp_path / WEIGHTS_FILE
+    if writer == "pickle":
+        weights.write_bytes(pickle.dumps(Payload(marker)))
+    else:
+        torch.save({"x": Payload(marker)}, weights)
+    with pytest.raises(ModelLoadError, match=f"{WEIGHTS_FILE}.*pickle"):
+        load_model(tmp_path)
+    assert not marker.exists()
+
+
+def test_truncated_safetensors_refused(tmp_path):
+    save_model(tiny_model(), tmp_path)
+    weights = tmp_path / WEIGHTS_FILE
+    data = weights.read_bytes()
+    weights.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ModelLoadError, match=f"{WEIGHTS_FILE}: damaged safetensors"):
+        load_model(tmp_path)
+    weights.write_bytes(data[:100])  # cut inside the header
+    with pytest.raises(ModelLoadError, match="header length"):
+        load_model(tmp_path)
+    weights.write_bytes(data[:3])
+    with pytest.raises(ModelLoadError, match="truncated"):
+        load_model(tmp_path)
+
+
+def test_weights_not_matching_config_refused(tmp_path):
+    save_model(tiny_model(), tmp_path)
+    state = {"encoder.layers.0.ff.w_1.weight": torch.zeros(3, 3)}
+    save_file(state, str(tmp_path / "other.safetensors"))
+    os.replace(tmp_path / "other.safetensors", tmp_path / WEIGHTS_FILE)
+    with pytest.raises(ModelLoadError, match="missing"):
+        load_model(tmp_path)
+    good = tiny_model()
+    save_model(good, tmp_path)
+    config = json.loads((tmp_path / CONFIG_FILE).read_text())
+    config["model"]["d_ff"] = 48
+    (tmp_path / CONFIG_FILE).write_text(json.dumps(config))
+    with pytest.raises(ModelLoadError, match=r"ff\.w_1\.bias' is \(64,\) .*expected \(48,\)"):
+        load_model(tmp_path)
+
+
+def test_bad_config_refused_naming_file_and_key(tmp_path):
+    save_model(tiny_model(), tmp_path)
+    path = tmp_path / CONFIG_FILE
+    config = json.loads(path.read_text())
+    config["model"]["d_modle"] = 8
+    path.write_text(json.dumps(config))
+    with pytest.raises(ModelLoadError, match=r"config.json.*unknown config key 'model.d_modle'"):
+        load_model(tmp_path)
+    path.write_text("{not json")
+    with pytest.raises(ModelLoadError, match="config.json: not a valid JSON"):
+        load_model(tmp_path)
+    path.unlink()
+    with pytest.raises(ModelLoadError, match="config.json: missing"):
+        load_model(tmp_path)
+
+
+def test_no_pickle_in_the_package():
+    import transformer_mt
+
+    src = os.path.dirname(transformer_mt.__file__)
+    for name in os.listdir(src):
+        if name.endswith(".py"):
+            text = open(os.path.join(src, name), encoding="utf-8").read()
+            assert "import pickle" not in text and "torch.load" not in text, name

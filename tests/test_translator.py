@@ -1,0 +1,60 @@
+import pytest
+import torch
+
+from transformer_mt import DecodeConfig, ModelConfig, Transformer, Translator, save_model
+
+
+def make_translator(vocab):
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=len(vocab), d_model=32, n_heads=4, d_ff=64, n_encoder_layers=2,
+                      n_decoder_layers=2, dropout=0.0, max_positions=96)
+    return Translator(Transformer(cfg), vocab)
+
+
+SENTENCES = [
+    "A man in an orange hat starring at something.",
+    "Two dogs.",
+    "A little girl climbing into a wooden playhouse while her father watches nearby.",
+    "",
+    "People are fixing the roof of a house.",
+]
+
+
+def test_batched_translation_keeps_order_and_equals_one_by_one(multi30k_vocab):
+    translator = make_translator(multi30k_vocab)
+    translator.decode_cfg = DecodeConfig(batch_size=2, max_length_offset=8)
+    batched = translator.translate_nbest(SENTENCES)
+    for sentence, result in zip(SENTENCES, batched, strict=True):
+        alone = translator.translate_nbest([sentence])[0]
+        assert result[0].text == alone[0].text
+        assert result[0].score == pytest.approx(alone[0].score, abs=1e-4)
+    assert translator.translate(SENTENCES) == [r[0].text for r in batched]
+
+
+def test_from_dir_round_trip(tmp_path, multi30k_vocab):
+    translator = make_translator(multi30k_vocab)
+    save_model(translator.model, tmp_path, vocab_path=multi30k_vocab.path)
+    loaded = Translator.from_dir(tmp_path, beam_size=2, max_length_offset=6)
+    assert loaded.decode_cfg.beam_size == 2
+    translator.decode_cfg = loaded.decode_cfg
+    assert loaded.translate(SENTENCES) == translator.translate(SENTENCES)
+
+
+def test_too_long_sentence_is_an_error_naming_it(multi30k_vocab):
+    translator = make_translator(multi30k_vocab)
+    with pytest.raises(ValueError, match="sentence 2 has .* at most 46"):
+        translator.translate(["Two dogs.", "dog " * 60])
+
+
+def test_vocabulary_size_must_match_model(multi30k_vocab):
+    model = Transformer(ModelConfig(vocab_size=len(multi30k_vocab) + 1, d_model=32, n_heads=4,
+                                    d_ff=64, n_encoder_layers=1, n_decoder_layers=1))
+    with pytest.raises(ValueError, match="pieces, the model expects"):
+        Translator(model, multi30k_vocab)
+
+
+def test_vocabulary_round_trip_and_special_ids(multi30k_vocab):
+    text = "Two young guys with shaggy hair look at their hands."
+    ids = multi30k_vocab.encode(text)
+    assert multi30k_vocab.decode(ids) == text
+    assert min(ids) > 3  # 0..3 are pad, unk, bos, eos and never produced by encode
