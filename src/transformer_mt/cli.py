@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
+import logging
 import sys
 from pathlib import Path
 
 from .config import ConfigError, load_config, preset_names
+from .evaluate import read_text
+
+log = logging.getLogger("transformer_mt")
 
 
 def _info(args: argparse.Namespace) -> int:
@@ -31,21 +37,96 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _translate(args: argparse.Namespace) -> int:
+    from .checkpoint import resolve_model_dir
     from .translator import Translator
 
     overrides = {k: v for k, v in (("beam_size", args.beam_size), ("n_best", args.n_best),
-                                   ("strategy", args.strategy),
+                                   ("strategy", args.strategy), ("length_penalty", args.alpha),
                                    ("batch_size", args.batch_size)) if v is not None}
-    translator = Translator.from_dir(args.model, device=args.device, **overrides)
-    source = open(args.input, encoding="utf-8") if args.input else sys.stdin
-    with source:
-        sentences = [line.rstrip("\n").removesuffix("\r") for line in source]
+    model_dir = resolve_model_dir(args.model)
+    log.info("translating with %s", model_dir)
+    translator = Translator.from_dir(model_dir, device=args.device, **overrides)
+    if args.input:
+        sentences = read_text(args.input)
+    else:
+        sentences = [line.rstrip("\n").removesuffix("\r") for line in sys.stdin]
     results = translator.translate_nbest(sentences)
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
-    with out:
+    try:
         for i, nbest in enumerate(results):
             for t in nbest:
                 out.write(f"{i}\t{t.score:.4f}\t{t.text}\n" if args.n_best else f"{t.text}\n")
+    finally:
+        if out is not sys.stdout:
+            out.close()
+    return 0
+
+
+def _prepare(args: argparse.Namespace) -> int:
+    from .corpora import locate
+    from .data import SplitFiles, prepare
+
+    overrides = [f"data.vocab_size={args.vocab_size}"] if args.vocab_size else []
+    if args.skip_invalid_utf8:
+        overrides.append("data.skip_invalid_utf8=true")
+    cfg = load_config(args.config, overrides + list(args.overrides)).data
+    if args.dataset:
+        files = {f.name: f for f in locate(args.dataset, args.pair, args.data_dir,
+                                           download=args.download)}
+        if "train" not in files:
+            raise ValueError(f"{args.dataset} has no training split (only "
+                             f"{', '.join(files)}); use it with translate / evaluate")
+        src_lang, tgt_lang = args.pair.split("-")
+    else:
+        if not (args.train_src and args.train_tgt):
+            raise ValueError("give --train-src and --train-tgt, or --dataset")
+        files = {"train": SplitFiles("train", args.train_src, args.train_tgt)}
+        if args.valid_src or args.valid_tgt:
+            files["valid"] = SplitFiles("valid", args.valid_src, args.valid_tgt)
+        src_lang, tgt_lang = args.src_lang, args.tgt_lang
+    report = prepare(train=files.pop("train"), others=list(files.values()), out_dir=args.out,
+                     cfg=cfg, src_lang=src_lang, tgt_lang=tgt_lang)
+    for name, split in report["splits"].items():
+        dropped = ", ".join(f"{k} {v}" for k, v in split["dropped"].items()) or "none"
+        print(f"{name}: {split['kept']:,} pairs kept of {split['read']:,} "
+              f"(dropped: {dropped}); {split['src_tokens']:,} / {split['tgt_tokens']:,} tokens")
+    print(f"prepared data in {args.out} (report.json, meta.json)")
+    return 0
+
+
+def _train(args: argparse.Namespace) -> int:
+    from .train import train
+
+    cfg = load_config(args.config, args.overrides)
+    state = train(cfg, data_dir=args.data, run_dir=args.run_dir)
+    print(f"trained to step {state['step']} (epoch {state['epoch']}, "
+          f"{state['train_seconds'] / 60:.1f} min); checkpoints in {args.run_dir}/checkpoints")
+    return 0
+
+
+def _average(args: argparse.Namespace) -> int:
+    from .checkpoint import average_checkpoints, checkpoint_dirs
+
+    checkpoints = checkpoint_dirs(args.run_dir)
+    if not checkpoints:
+        raise ValueError(f"{args.run_dir}: no checkpoints")
+    chosen = checkpoints[-args.last:]
+    if len(chosen) < args.last:
+        log.warning("only %d checkpoints in %s, averaging them all", len(chosen), args.run_dir)
+    average_checkpoints(chosen, args.out)
+    print(f"averaged {', '.join(p.name for p in chosen)} into {args.out}")
+    return 0
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from .evaluate import evaluate_files
+
+    scores = evaluate_files(hyp=args.hyp, ref=args.ref, lang=args.lang, tok_ref=args.tok_ref,
+                            lowercase=args.lowercase, compound_split=args.compound_split)
+    print("\n".join(scores.lines()))
+    if args.json:
+        args.json.write_text(json.dumps(dataclasses.asdict(scores), indent=2) + "\n",
+                             encoding="utf-8")
     return 0
 
 
@@ -69,18 +150,90 @@ def build_parser() -> argparse.ArgumentParser:
                       help="config overrides, e.g. model.n_heads=4")
     info.set_defaults(func=_info)
 
-    tr = sub.add_parser(
-        "translate", help="translate sentences with a model directory",
-        description="Translate one sentence per line from --input (default stdin) to --output "
-                    "(default stdout), in input order.",
+    prep = sub.add_parser(
+        "prepare", help="clean parallel text, learn the vocabulary, write binary data",
+        description="Read parallel files (plain or .gz, strict UTF-8), drop empty, too long and "
+                    "over-ratio training pairs (counted in report.json), train a joint "
+                    "SentencePiece vocabulary, and write memory-mapped token files to --out. "
+                    "Either give the files, or --dataset with --pair and --data-dir.",
     )
-    tr.add_argument("--model", required=True, type=Path, help="model directory")
+    prep.add_argument("--train-src", type=Path)
+    prep.add_argument("--train-tgt", type=Path)
+    prep.add_argument("--valid-src", type=Path)
+    prep.add_argument("--valid-tgt", type=Path)
+    prep.add_argument("--src-lang", default="src", help="source language code, for the record")
+    prep.add_argument("--tgt-lang", default="tgt", help="target language code, for the record")
+    prep.add_argument("--dataset", help="multi30k, tatoeba-deu-eng (wmt14: test sets only)")
+    prep.add_argument("--pair", default="en-de", help="SRC-TGT, e.g. en-de (default)")
+    prep.add_argument("--data-dir", type=Path, default=Path("data"),
+                      help="where the corpus files are, or go with --download (default: data)")
+    prep.add_argument("--download", action="store_true",
+                      help="download a --dataset missing from --data-dir (checks sha256)")
+    prep.add_argument("--vocab-size", type=int, help="SentencePiece pieces (default: 8000)")
+    prep.add_argument("--skip-invalid-utf8", action="store_true",
+                      help="drop pairs with invalid UTF-8 (counted) instead of stopping")
+    prep.add_argument("--config", default="base", help="preset or YAML for the data section")
+    prep.add_argument("--out", required=True, type=Path, help="prepared data directory")
+    prep.add_argument("overrides", nargs="*", metavar="data.key=value")
+    prep.set_defaults(func=_prepare)
+
+    tra = sub.add_parser(
+        "train", help="train a model on prepared data; resumes a run that has checkpoints",
+        description="Train with Adam(0.9, 0.98, 1e-9), the warmup schedule of §5.3 and label "
+                    "smoothing 0.1. Writes config.json, metrics.jsonl, tensorboard/, "
+                    "checkpoints/ and curves.png to --run-dir. Override any config key with "
+                    "--section.key=value, e.g. --train.max_steps=100.",
+    )
+    tra.add_argument("--config", default="base",
+                     help=f"preset ({', '.join(preset_names())}) or YAML file (default: base)")
+    tra.add_argument("--data", required=True, type=Path, help="prepared data directory")
+    tra.add_argument("--run-dir", required=True, type=Path, help="where the run is written")
+    tra.set_defaults(func=_train, overrides=[])
+
+    avg = sub.add_parser(
+        "average", help="average the last N checkpoints into a model directory",
+        description="Average the weights of the last N checkpoints of a run (§6.1: 5 for "
+                    "base, 20 for big) into a model directory usable by translate.",
+    )
+    avg.add_argument("--run-dir", required=True, type=Path)
+    avg.add_argument("--last", type=int, default=5, help="how many checkpoints (default: 5)")
+    avg.add_argument("--out", required=True, type=Path, help="model directory to write")
+    avg.set_defaults(func=_average)
+
+    ev = sub.add_parser(
+        "evaluate", help="sacreBLEU, chrF and tokenized BLEU of a translation file",
+        description="Score detokenised hypotheses with sacreBLEU and chrF (signatures printed). "
+                    "With --lang, also tokenized BLEU (Moses tokenizer; German compounds split "
+                    "as tensor2tensor's get_ende_bleu.sh unless --tok-ref is given). For "
+                    "Multi30k's literature protocol: --lang de --lowercase --tok-ref "
+                    "test_2016_flickr.lc.norm.tok.de.gz.",
+    )
+    ev.add_argument("--hyp", required=True, type=Path, help="translations, one per line")
+    ev.add_argument("--ref", required=True, type=Path, help="detokenised reference (.gz ok)")
+    ev.add_argument("--lang", help="target language: also compute tokenized BLEU")
+    ev.add_argument("--tok-ref", type=Path, help="an already tokenized reference for tokBLEU")
+    ev.add_argument("--lowercase", action="store_true",
+                    help="tokBLEU: lowercase and normalise punctuation first (Multi30k tok/)")
+    ev.add_argument("--compound-split", action=argparse.BooleanOptionalAction, default=None,
+                    help="tokBLEU: split hyphenated compounds (default: on for de without "
+                         "--tok-ref)")
+    ev.add_argument("--json", type=Path, help="also write the scores as JSON")
+    ev.set_defaults(func=_evaluate)
+
+    tr = sub.add_parser(
+        "translate", help="translate sentences with a model or run directory",
+        description="Translate one sentence per line from --input (default stdin) to --output "
+                    "(default stdout), in input order. --model is a model directory (e.g. from "
+                    "average) or a run directory (its latest checkpoint).",
+    )
+    tr.add_argument("--model", required=True, type=Path, help="model or run directory")
     tr.add_argument("--input", type=Path, help="source file, one sentence per line")
     tr.add_argument("--output", type=Path, help="where to write translations")
     tr.add_argument("--beam-size", type=int, help="beam size (model default: 4)")
     tr.add_argument("--n-best", type=int,
                     help="print N hypotheses per sentence as 'index<TAB>score<TAB>text'")
     tr.add_argument("--strategy", choices=["beam", "greedy", "sample"])
+    tr.add_argument("--alpha", type=float, help="length penalty alpha (model default: 0.6)")
     tr.add_argument("--batch-size", type=int, help="sentences per batch (default: 64)")
     tr.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     tr.set_defaults(func=_translate)
@@ -88,7 +241,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    # `train --train.max_steps=100` style overrides: dotted options after the known ones
+    dotted = [u for u in unknown if u.startswith("--") and "." in u.split("=")[0]]
+    if len(dotted) != len(unknown) or (dotted and not hasattr(args, "overrides")):
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if dotted:
+        args.overrides = [*args.overrides, *(d.removeprefix("--") for d in dotted)]
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s",
+                        datefmt="%H:%M:%S")
     try:
         return args.func(args)
     except (ConfigError, ValueError, OSError) as err:

@@ -113,10 +113,63 @@ class DecodeConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class DataConfig:
+    """Preparing a parallel corpus (`transformer-mt prepare`) and reading it in batches."""
+
+    vocab_size: int = 8_000  # joint SentencePiece pieces; the paper used ~37k for WMT en-de
+    vocab_model_type: Literal["bpe", "unigram"] = "bpe"  # §5.1: byte-pair encoding
+    character_coverage: float = 1.0
+    max_length: int = 250  # training pairs with more subword tokens on a side are dropped
+    max_length_ratio: float = 9.0  # ... or whose longer side is this many times the shorter
+    skip_invalid_utf8: bool = False  # True: drop pairs with invalid UTF-8 and count them
+
+    def __post_init__(self):
+        _check_positive(self, "vocab_size", "max_length", "max_length_ratio")
+        _check_choice(self, "vocab_model_type")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    """Training (§5): Adam, warmup schedule, label smoothing, token-budget batches."""
+
+    max_tokens: int = 25_000  # per batch and side, padding included (§5.1: ~25k + 25k)
+    accumulate: int = 1  # batches per update: the effective batch is accumulate x max_tokens
+    adam_beta1: float = 0.9  # §5.3
+    adam_beta2: float = 0.98
+    adam_eps: float = 1e-9
+    warmup_steps: int = 4_000  # §5.3, eq. (3)
+    lr_scale: float = 1.0  # multiplies eq. (3); not in the paper
+    label_smoothing: float = 0.1  # §5.4
+    clip_norm: float = 0.0  # 0: no clipping (the paper does not clip)
+    bf16: bool = False  # bfloat16 autocast; not in the paper
+    max_steps: int = 100_000  # §5.2: 100k steps for base
+    max_epochs: int = 0  # 0: no limit
+    max_minutes: float = 0.0  # 0: no limit; stop (with a checkpoint) after this wall time
+    seed: int = 1
+    log_every: int = 50  # steps
+    valid_every: int = 1_000  # steps; validation loss, perplexity and BLEU
+    valid_bleu: bool = True  # beam-search BLEU on the validation set at each validation
+    save_every: int = 1_000  # steps
+    save_every_minutes: float = 0.0  # 0: only by steps
+    keep_last: int = 5  # checkpoints kept (§6.1 averages the last 5 for base, 20 for big)
+    threads: int = 0  # torch intra-op threads; 0: torch's default
+
+    def __post_init__(self):
+        _check_positive(self, "max_tokens", "accumulate", "warmup_steps", "lr_scale",
+                        "log_every", "valid_every", "save_every", "keep_last")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ValueError(f"train.label_smoothing must be in [0, 1), got {self.label_smoothing}")
+        if self.max_steps <= 0 and self.max_epochs <= 0 and self.max_minutes <= 0:
+            raise ValueError("set train.max_steps, train.max_epochs or train.max_minutes")
+
+
+@dataclass(frozen=True, kw_only=True)
 class Config:
     """The root config; only entry points (cli, serve) see it whole."""
 
     model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
 
 

@@ -1,0 +1,196 @@
+"""The real corpora users start with: where to download them (pinned commits, sha256) and how
+to find them in a local directory.
+
+- multi30k: WMT16 multimodal task 1 captions, any two of en/de/fr/cs; train / val /
+  test_2016_flickr (29,000 / 1,014 / 1,000).
+- tatoeba-deu-eng: ManyThings' Tatoeba deu-eng release of 2018-05-13, split into train / dev /
+  test by `split_tatoeba` so that no sentence occurs in two splits.
+- wmt14: newstest2012-2014 en-de and 2013-2014 en-fr (dev and test sets of the paper).
+
+`locate(name, pair, data_dir)` returns the split files, looking in `data_dir` (or
+`data_dir/<name>`) first and downloading into it only when asked to.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import logging
+import urllib.request
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .data import DataError, SplitFiles, sha256_file
+
+log = logging.getLogger(__name__)
+
+MULTI30K_URL = ("https://raw.githubusercontent.com/multi30k/dataset/"
+                "a3d2e0d26b56f3846f66a952536ffed4e401d05a/data/task1/raw/{name}")
+MULTI30K_SHA256 = {
+    "train.en.gz": "d79cfa999dd4c51d2cb42499b6796d5a882c3a8a961923c25a898c90f8bbd56f",
+    "train.de.gz": "726e39b2fa9eb9ffb6dc763fb35a179f80fae06ffc5d28b6ace5faa883de28a6",
+    "train.fr.gz": "622e75069e9f4c577425c4f277116ce66e63a2401c0a2312d90073cb12379a3c",
+    "train.cs.gz": "a65adb8b32e3bc664f21ecba7a6e7f6950fd1f405e135f7c312faabdb6255077",
+    "val.en.gz": "14f7d25ddd868909a9213e361768460edcacdd6ab9d1e77b92560dc10c10dc28",
+    "val.de.gz": "f0cba2f995189cf5770f29a8a9a537a3ad3f51657ad873405082ff6863a5e75a",
+    "val.fr.gz": "ca3106f1a72390591d25f6c45cb4cd39dec4cd3f123e099748a3ce5256c160e9",
+    "val.cs.gz": "b63226e05c4bd5dd6a42897d74b86a1b9d2c31498252c572b1ea7f7996927fcc",
+    "test_2016_flickr.en.gz": "611d361c6334bc7246101d48097c13cf5c4413c5befc793cc629934359d532d9",
+    "test_2016_flickr.de.gz": "9204244e408ccb38d2a55cfcd344df15005fc42a07a6e55ca6c52b6ababb8cc8",
+    "test_2016_flickr.fr.gz": "6d326e188d259fb1d04ac19eae3af956559b3a0b93d7635e56c90987c40c8b90",
+    "test_2016_flickr.cs.gz": "200a4a74cc9560f051924abb9803be008d1908d77f747e9141aeb86dfd2797f1",
+}
+TATOEBA_URL = ("https://github.com/rioyshky/translation/raw/"
+               "de48b7027f7318d77010a6e08ed928c10748c23d/deu-eng.zip")
+TATOEBA_ZIP_SHA256 = "b7688f84f99fa33c17397c14d8bd9cef1fdeb2ee0bf50074767023aee8926e28"
+WMT14_URL = ("https://raw.githubusercontent.com/Helsinki-NLP/OPUS-MT-testsets/"
+             "ac0f19c0be3cb4e0d9450fcb2d7a9847c4bdd180/testsets/{pair}/{year}.{lang}")
+WMT14_SHA256 = {
+    "newstest2012.en-de.de": "946b9587b79271b0f3ce9cc8c0e5b310e3021ef598e1ba5dc2a24fef8960de30",
+    "newstest2012.en-de.en": "f9e51f85c4948033fc7d77ef427f4d88908a8dd3f778970f62d0baafac3ff97e",
+    "newstest2013.en-de.de": "d7ea35ab91ff3709e03ad9cb6bf5b4f2cc775cd2d72efd5254c4aec5e69663ca",
+    "newstest2013.en-de.en": "ace268a1d9724ca76f6d8e5c720ffdc08f01bdce45630ed8b269dc7918e1c16e",
+    "newstest2013.en-fr.en": "ace268a1d9724ca76f6d8e5c720ffdc08f01bdce45630ed8b269dc7918e1c16e",
+    "newstest2013.en-fr.fr": "909b63be5df3eb8c13e1d5967bf3f0adfdb9f6ed5e638c5bffff563ee2ff7f41",
+    "newstest2014.en-de.de": "ae5d110486bc33d7175e9e28c7d0051eb3e5fcd2166dd93371089852c091a20e",
+    "newstest2014.en-de.en": "7294bccf2879a97b3706b95c9595f1459617a8ee7130d5d8581c910e69736971",
+    "newstest2014.en-fr.en": "9a12cb6e8efb3509ebede627e4a9c83ee64935509d561ff70f4b7bd5f93f6096",
+    "newstest2014.en-fr.fr": "2bd07dc204f965bf88e90adb6223a8cb850f9bf9840df6af1f4945195936656e",
+}
+
+
+@dataclass(frozen=True)
+class Corpus:
+    name: str
+    languages: tuple[str, ...]
+    splits: dict[str, str]  # our split name -> file stem; files are "{stem}.{lang}{suffix}"
+    suffix: str
+
+
+CORPORA = {
+    "multi30k": Corpus("multi30k", ("en", "de", "fr", "cs"),
+                       {"train": "train", "valid": "val", "test": "test_2016_flickr"}, ".gz"),
+    "tatoeba-deu-eng": Corpus("tatoeba-deu-eng", ("en", "de"),
+                              {"train": "train", "valid": "dev", "test": "test"}, ".gz"),
+    "wmt14": Corpus("wmt14", ("en", "de", "fr"),
+                    {"valid": "newstest2013.{pair}", "test": "newstest2014.{pair}"}, ""),
+}
+
+
+def _parse_pair(corpus: Corpus, pair: str) -> tuple[str, str]:
+    src, sep, tgt = pair.partition("-")
+    if not sep or src == tgt or {src, tgt} - set(corpus.languages):
+        raise DataError(f"{corpus.name}: pair '{pair}' must be two of {corpus.languages}, "
+                        "e.g. en-de")
+    if corpus.name == "wmt14" and "en" not in (src, tgt):
+        raise DataError("wmt14: pairs are en-de, de-en, en-fr or fr-en")
+    return src, tgt
+
+
+def split_files(name: str, pair: str, root: Path) -> list[SplitFiles]:
+    """The split files of corpus `name` for `pair` ("en-de": en source, de target) in `root`."""
+    corpus = CORPORA[name]
+    src, tgt = _parse_pair(corpus, pair)
+    wmt_pair = "-".join(sorted((src, tgt), key=lambda lang: lang != "en"))  # en-de, en-fr
+    files = []
+    for split, stem in corpus.splits.items():
+        stem = stem.format(pair=wmt_pair)
+        files.append(SplitFiles(split, root / f"{stem}.{src}{corpus.suffix}",
+                                root / f"{stem}.{tgt}{corpus.suffix}"))
+    return files
+
+
+def locate(name: str, pair: str, data_dir: Path, *, download: bool = False) -> list[SplitFiles]:
+    """Split files of a known corpus under `data_dir` or `data_dir/<name>`; with download,
+    fetch what is missing into `data_dir/<name>` and check its sha256."""
+    if name not in CORPORA:
+        raise DataError(f"unknown dataset '{name}' (known: {', '.join(CORPORA)})")
+    for root in (data_dir / name, data_dir):
+        files = split_files(name, pair, root)
+        if all(f.src.exists() and f.tgt.exists() for f in files):
+            return files
+    if not download:
+        raise DataError(f"{name} {pair} not found in {data_dir} or {data_dir / name} "
+                        "(pass --download to fetch it)")
+    root = data_dir / name
+    root.mkdir(parents=True, exist_ok=True)
+    DOWNLOADERS[name](root)
+    return split_files(name, pair, root)
+
+
+def fetch(url: str, sha256: str) -> bytes:
+    log.info("downloading %s", url)
+    with urllib.request.urlopen(url, timeout=120) as response:  # noqa: S310 (https, pinned)
+        data = response.read()
+    if hashlib.sha256(data).hexdigest() != sha256:
+        raise DataError(f"{url}: sha256 mismatch, refusing the download")
+    return data
+
+
+def _download_files(root: Path, urls_and_hashes: dict[str, tuple[str, str]]) -> None:
+    for filename, (url, sha256) in urls_and_hashes.items():
+        path = root / filename
+        if path.exists() and sha256_file(path) == sha256:
+            continue
+        tmp = path.with_name(path.name + ".part")
+        tmp.write_bytes(fetch(url, sha256))
+        tmp.replace(path)
+
+
+def download_multi30k(root: Path) -> None:
+    _download_files(root, {name: (MULTI30K_URL.format(name=name), digest)
+                           for name, digest in MULTI30K_SHA256.items()})
+
+
+def download_wmt14(root: Path) -> None:
+    urls = {}
+    for filename, digest in WMT14_SHA256.items():
+        year, pair, lang = filename.split(".")
+        urls[filename] = (WMT14_URL.format(pair=pair, year=year, lang=lang), digest)
+    _download_files(root, urls)
+
+
+def download_tatoeba(root: Path) -> None:
+    archive = zipfile.ZipFile(io.BytesIO(fetch(TATOEBA_URL, TATOEBA_ZIP_SHA256)))
+    lines = archive.read("deu.txt").decode("utf-8").splitlines()
+    for split, (en, de) in split_tatoeba(lines).items():
+        for lang, texts in (("en", en), ("de", de)):
+            data = "".join(t + "\n" for t in texts).encode("utf-8")
+            (root / f"{split}.{lang}.gz").write_bytes(gzip.compress(data, mtime=0))
+
+
+def split_tatoeba(lines: list[str]) -> dict[str, tuple[list[str], list[str]]]:
+    """Split "English<TAB>German" lines into train / dev / test with no sentence in two splits:
+    pairs sharing an English or a German string form one group, and a group goes wholly to
+    the split chosen by md5(its smallest English string) mod 1000 (< 30 test, < 60 dev)."""
+    pairs = [tuple(line.split("\t")[:2]) for line in lines]
+    parent = list(range(len(pairs)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    first_seen: dict[tuple[int, str], int] = {}
+    for i, (en, de) in enumerate(pairs):
+        for key in ((0, en), (1, de)):
+            j = first_seen.setdefault(key, i)
+            parent[find(i)] = find(j)
+    smallest: dict[int, str] = {}
+    for i, (en, _) in enumerate(pairs):
+        root = find(i)
+        smallest[root] = min(smallest.get(root, en), en)
+    out = {"train": ([], []), "dev": ([], []), "test": ([], [])}
+    for i, (en, de) in enumerate(pairs):
+        bucket = int(hashlib.md5(smallest[find(i)].encode("utf-8")).hexdigest(), 16) % 1000
+        split = "test" if bucket < 30 else "dev" if bucket < 60 else "train"
+        out[split][0].append(en)
+        out[split][1].append(de)
+    return out
+
+
+DOWNLOADERS = {"multi30k": download_multi30k, "tatoeba-deu-eng": download_tatoeba,
+               "wmt14": download_wmt14}
