@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 from torch import Tensor
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .checkpoint import checkpoint_dirs, load_checkpoint, save_checkpoint
 from .config import Config, config_to_dict
@@ -229,6 +230,10 @@ def train(cfg: Config, *, data_dir: Path, run_dir: Path) -> dict:
             (tcfg.max_epochs > 0 and state["epoch"] >= tcfg.max_epochs) or out_of_time()
 
     autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=tcfg.bf16)
+    # Measured on a 2-core Zen 5, small shape, 4k-token Multi30k batches: the math backend
+    # trains 1.3x faster than the CPU flash kernel in bf16 (3,660 vs 2,830 tok/s), the same in
+    # fp32; the model keeps plain SDPA, the choice is made here.
+    backend = sdpa_kernel(SDPBackend.MATH)
     while not finished():
         batches = token_batches(train_data.src_lengths, train_data.tgt_lengths,
                                 max_tokens=tcfg.max_tokens, seed=tcfg.seed, epoch=state["epoch"])
@@ -243,12 +248,13 @@ def train(cfg: Config, *, data_dir: Path, run_dir: Path) -> dict:
             loss_total = nll_total = 0.0
             for batch in group:  # gradient accumulation: the loss is per target token overall
                 src, tgt_in, tgt_out = train_data.collate(batch)
-                with autocast:
-                    logits = model(src, tgt_in)
-                loss, nll, _ = label_smoothed_nll(logits.flatten(0, 1), tgt_out.flatten(),
-                                                  eps=tcfg.label_smoothing,
-                                                  pad_id=cfg.model.pad_id)
-                (loss / n_target).backward()
+                with backend:
+                    with autocast:
+                        logits = model(src, tgt_in)
+                    loss, nll, _ = label_smoothed_nll(logits.flatten(0, 1), tgt_out.flatten(),
+                                                      eps=tcfg.label_smoothing,
+                                                      pad_id=cfg.model.pad_id)
+                    (loss / n_target).backward()
                 loss_total, nll_total = loss_total + loss.item(), nll_total + nll.item()
             if tcfg.clip_norm > 0:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), tcfg.clip_norm)

@@ -1,0 +1,62 @@
+import gzip
+import hashlib
+import io
+
+import pytest
+
+from conftest import read_lines
+from transformer_mt import corpora
+from transformer_mt.corpora import locate, split_tatoeba
+from transformer_mt.data import DataError
+
+
+def test_locate_known_corpora_in_a_local_directory(shared_data):
+    files = {f.name: f for f in locate("multi30k", "de-en", shared_data)}
+    assert files["train"].src.name == "train.de.gz" and files["train"].tgt.name == "train.en.gz"
+    assert files["test"].src.name == "test_2016_flickr.de.gz"
+    tatoeba = {f.name: f for f in locate("tatoeba-deu-eng", "en-de", shared_data)}
+    assert tatoeba["valid"].src.name == "dev.en.gz"
+    wmt = {f.name: f for f in locate("wmt14", "de-en", shared_data)}
+    assert wmt["test"].src.name == "newstest2014.en-de.de"
+    assert wmt["valid"].tgt.name == "newstest2013.en-de.en" and "train" not in wmt
+
+
+def test_bad_pair_or_missing_corpus(tmp_path):
+    with pytest.raises(DataError, match="pair 'en-xx' must be two of"):
+        locate("multi30k", "en-xx", tmp_path)
+    with pytest.raises(DataError, match="not found in .*--download"):
+        locate("multi30k", "en-de", tmp_path)
+    with pytest.raises(DataError, match="unknown dataset"):
+        locate("iwslt", "en-de", tmp_path)
+
+
+def test_download_checks_sha256(shared_data, tmp_path, monkeypatch):
+    """The download path, with the network replaced by the local copies of the same files."""
+
+    def fake_urlopen(url, timeout):
+        name = url.rsplit("/", 1)[-1]
+        return io.BytesIO((shared_data / "multi30k" / name).read_bytes())
+
+    monkeypatch.setattr(corpora.urllib.request, "urlopen", fake_urlopen)
+    files = locate("multi30k", "en-fr", tmp_path, download=True)
+    assert all(f.src.exists() and f.tgt.exists() for f in files)
+    assert (tmp_path / "multi30k/val.cs.gz").read_bytes() == \
+        (shared_data / "multi30k/val.cs.gz").read_bytes()
+    corrupted = lambda url, timeout: io.BytesIO(b"not the file")
+    monkeypatch.setattr(corpora.urllib.request, "urlopen", corrupted)
+    with pytest.raises(DataError, match="sha256 mismatch"):
+        corpora.download_multi30k(tmp_path / "other")
+
+
+def test_tatoeba_split_reproduces_the_shared_split(shared_data):
+    with gzip.open(shared_data / "tatoeba-deu-eng/deu.txt.gz", "rt", encoding="utf-8") as f:
+        lines = f.read().splitlines()
+    splits = split_tatoeba(lines)
+    for split, (en, de) in splits.items():
+        for lang, texts in (("en", en), ("de", de)):
+            path = shared_data / f"tatoeba-deu-eng/{split}.{lang}.gz"
+            ours = hashlib.sha256("".join(t + "\n" for t in texts).encode()).hexdigest()
+            theirs = hashlib.sha256(gzip.decompress(path.read_bytes())).hexdigest()
+            assert ours == theirs, path
+    assert not set(splits["test"][0]) & set(splits["train"][0])
+    assert read_lines(shared_data / "tatoeba-deu-eng/dev.en.gz", 1)[0] == splits["dev"][0][0]

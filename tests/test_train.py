@@ -1,0 +1,56 @@
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from transformer_mt.train import label_smoothed_nll, noam_lr
+
+
+def test_noam_schedule_values():
+    # §5.3: d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
+    assert noam_lr(1, d_model=512, warmup_steps=4000) == pytest.approx(512**-0.5 * 4000**-1.5)
+    peak = noam_lr(4000, d_model=512, warmup_steps=4000)
+    assert peak == pytest.approx(512**-0.5 * 4000**-0.5) == pytest.approx(6.9877e-4, rel=1e-4)
+    assert noam_lr(16000, d_model=512, warmup_steps=4000) == pytest.approx(peak / 2)
+    assert noam_lr(100, d_model=256, warmup_steps=4000, scale=2.0) == \
+        pytest.approx(2 * 256**-0.5 * 100 * 4000**-1.5)
+
+
+@settings(max_examples=40, deadline=None)
+@given(warmup=st.integers(1, 10_000), step=st.integers(1, 200_000))
+def test_noam_rises_linearly_then_decays(warmup, step):
+    lr = noam_lr(step, d_model=512, warmup_steps=warmup)
+    assert lr <= noam_lr(warmup, d_model=512, warmup_steps=warmup) + 1e-15
+    if step < warmup:
+        assert lr == pytest.approx(noam_lr(1, d_model=512, warmup_steps=warmup) * step)
+
+
+@settings(max_examples=50, deadline=None)
+@given(eps=st.floats(0.0, 0.3), seed=st.integers(0, 2**16))
+def test_label_smoothing_matches_pytorch(eps, seed):
+    g = torch.Generator().manual_seed(seed)
+    logits, target = torch.randn(8, 11, generator=g), torch.randint(0, 11, (8,), generator=g)
+    target[0] = 0  # at least one padding position, ignored
+    loss, nll, n = label_smoothed_nll(logits, target, eps=eps, pad_id=0)
+    ref = F.cross_entropy(logits, target, label_smoothing=eps, ignore_index=0, reduction="sum")
+    torch.testing.assert_close(loss, ref)
+    torch.testing.assert_close(nll, F.cross_entropy(logits, target, ignore_index=0,
+                                                    reduction="sum"))
+    assert n == int(target.ne(0).sum())
+
+
+def test_label_smoothing_minimum_is_the_smoothed_distribution():
+    # the loss is smallest when the model predicts 1 - eps + eps/V on the target
+    V, eps = 5, 0.1
+    probs = torch.full((1, V), eps / V)
+    probs[0, 2] += 1 - eps
+    best, _, _ = label_smoothed_nll(probs.log(), torch.tensor([2]), eps=eps, pad_id=0)
+    sharper = torch.tensor([[1e-4, 1e-4, 1 - 4e-4, 1e-4, 1e-4]]).log()
+    worse, _, _ = label_smoothed_nll(sharper, torch.tensor([2]), eps=eps, pad_id=0)
+    assert best < worse
+    entropy = -(probs * probs.log()).sum()
+    assert float(best) == pytest.approx(float(entropy), abs=1e-5)
+    assert math.isfinite(float(worse))
