@@ -44,6 +44,21 @@ def label_smoothed_nll(logits_NV: Tensor, target_N: Tensor, *, eps: float, pad_i
     return loss_N[keep_N].sum(), nll_N[keep_N].sum(), int(keep_N.sum())
 
 
+def forward_backward(model: Transformer, batches: list[tuple[Tensor, Tensor, Tensor]], *,
+                     n_target: int, eps: float) -> tuple[float, float]:
+    """Accumulate the gradients of several batches (src, tgt_in, tgt_out), the loss normalised
+    by n_target, their total number of target tokens, so that accumulation equals one large
+    batch. Returns the summed smoothed loss and NLL."""
+    loss_total = nll_total = 0.0
+    for src, tgt_in, tgt_out in batches:
+        logits = model(src, tgt_in)
+        loss, nll, _ = label_smoothed_nll(logits.flatten(0, 1), tgt_out.flatten(), eps=eps,
+                                          pad_id=model.cfg.pad_id)
+        (loss / n_target).backward()
+        loss_total, nll_total = loss_total + loss.item(), nll_total + nll.item()
+    return loss_total, nll_total
+
+
 class MetricsLog:
     """Metrics to a JSONL file, TensorBoard, and the console."""
 
@@ -233,7 +248,6 @@ def train(cfg: Config, *, data_dir: Path, run_dir: Path) -> dict:
     # Measured on a 2-core Zen 5, small shape, 4k-token Multi30k batches: the math backend
     # trains 1.3x faster than the CPU flash kernel in bf16 (3,660 vs 2,830 tok/s), the same in
     # fp32; the model keeps plain SDPA, the choice is made here.
-    backend = sdpa_kernel(SDPBackend.MATH)
     while not finished():
         batches = token_batches(train_data.src_lengths, train_data.tgt_lengths,
                                 max_tokens=tcfg.max_tokens, seed=tcfg.seed, epoch=state["epoch"])
@@ -245,17 +259,10 @@ def train(cfg: Config, *, data_dir: Path, run_dir: Path) -> dict:
             for param_group in optimizer.param_groups:
                 param_group["lr"] = lr
             n_target = int(sum(train_data.tgt_lengths[b].sum() for b in group))
-            loss_total = nll_total = 0.0
-            for batch in group:  # gradient accumulation: the loss is per target token overall
-                src, tgt_in, tgt_out = train_data.collate(batch)
-                with backend:
-                    with autocast:
-                        logits = model(src, tgt_in)
-                    loss, nll, _ = label_smoothed_nll(logits.flatten(0, 1), tgt_out.flatten(),
-                                                      eps=tcfg.label_smoothing,
-                                                      pad_id=cfg.model.pad_id)
-                    (loss / n_target).backward()
-                loss_total, nll_total = loss_total + loss.item(), nll_total + nll.item()
+            with sdpa_kernel(SDPBackend.MATH), autocast:
+                loss_total, nll_total = forward_backward(
+                    model, [train_data.collate(b) for b in group], n_target=n_target,
+                    eps=tcfg.label_smoothing)
             if tcfg.clip_norm > 0:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), tcfg.clip_norm)
             optimizer.step()

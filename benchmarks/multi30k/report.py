@@ -1,0 +1,67 @@
+"""Collect a finished run of benchmarks/multi30k/run.sh into benchmarks/results/<name>/:
+config, run log, metrics, scores and a results.json with the figures. Never the weights.
+
+    python benchmarks/multi30k/report.py runs/multi30k-en-de
+"""
+
+import json
+import platform
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+
+def main(out: Path) -> None:
+    repo = Path(__file__).resolve().parents[2]
+    dest = repo / "benchmarks" / "results" / out.name
+    dest.mkdir(parents=True, exist_ok=True)
+    run = out / "run"
+    config = json.loads((run / "config.json").read_text())
+    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    train = [m for m in metrics if m["kind"] == "train"]
+    valid = [m for m in metrics if m["kind"] == "valid"]
+    last_checkpoint = sorted((run / "checkpoints").iterdir())[-1]
+    state = json.loads((last_checkpoint / "state.json").read_text())
+    selected = (out / "selected").read_text().strip()
+    results = {
+        "task": out.name,
+        "languages": config["languages"],
+        "commit": subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"],
+                                 capture_output=True, text=True).stdout.strip(),
+        "machine": {"cpu": platform.processor() or platform.machine(),
+                    "threads": torch.get_num_threads(), "torch": torch.__version__,
+                    "python": platform.python_version()},
+        "model": config["model"],
+        "train": {"steps": state["step"], "epochs": state["epoch"],
+                  "target_tokens": state["tokens"],
+                  "train_wall_minutes": round(state["train_seconds"] / 60, 1),
+                  "median_tokens_per_s": sorted(m["tokens_per_s"] for m in train)[len(train) // 2],
+                  "final_train_loss": train[-1]["loss"]},
+        "valid_curve": [{k: m[k] for k in ("step", "loss", "ppl", "bleu") if k in m}
+                        for m in valid],
+        "selected_on_val": selected,
+        "val": {name: json.loads((out / f"val.{name}.json").read_text())
+                for name in ("averaged", "run")},
+        "test_2016_flickr": {
+            "sacrebleu": json.loads((out / "test.sacrebleu.json").read_text()),
+            "tokenized_lowercased": json.loads((out / "test.tokbleu.json").read_text())
+            if (out / "test.tokbleu.json").exists() else None,
+        },
+    }
+    (dest / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    shutil.copyfile(run / "config.json", dest / "config.json")
+    shutil.copyfile(run / "metrics.jsonl", dest / "metrics.jsonl")
+    shutil.copyfile(out / "run.log", dest / "run.log")
+    shutil.copyfile(out / "data" / "report.json", dest / "data_report.json")
+    if (run / "curves.png").exists():
+        shutil.copyfile(run / "curves.png", dest / "curves.png")
+    tgt = config["languages"][1]
+    shutil.copyfile(out / f"test.hyp.{tgt}", dest / f"test_2016_flickr.hyp.{tgt}")
+    print(json.dumps(results["test_2016_flickr"], indent=2))
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
