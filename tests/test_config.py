@@ -23,6 +23,11 @@ def test_defaults_are_the_paper():
     assert m.weight_tying == "three_way" and m.activation == "relu"
     assert m.head_dim_k == m.head_dim_v == 64
     assert (d.beam_size, d.length_penalty, d.max_length_offset) == (4, 0.6, 50)
+    t = cfg.train
+    assert (t.adam_beta1, t.adam_beta2, t.adam_eps) == (0.9, 0.98, 1e-9)
+    assert (t.warmup_steps, t.lr_scale, t.label_smoothing, t.max_tokens) == (4000, 1.0, 0.1, 25000)
+    assert (t.clip_norm, t.bf16, t.accumulate) == (0.0, False, 1)
+    assert cfg.data.vocab_model_type == "bpe"
 
 
 def test_overrides_and_yaml_file(tmp_path):

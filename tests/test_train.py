@@ -54,3 +54,28 @@ def test_label_smoothing_minimum_is_the_smoothed_distribution():
     entropy = -(probs * probs.log()).sum()
     assert float(best) == pytest.approx(float(entropy), abs=1e-5)
     assert math.isfinite(float(worse))
+
+
+def test_gradient_accumulation_equals_one_large_batch():
+    from conftest import random_batch, tiny_model
+    from transformer_mt.train import forward_backward
+
+    def batch(seed, lengths):
+        src = random_batch(seed, len(lengths), max(lengths), lengths=lengths)
+        tgt_out = random_batch(seed + 1, len(lengths), max(lengths), lengths=lengths)
+        tgt_in = torch.cat([torch.full((len(lengths), 1), 2), tgt_out[:, :-1]], dim=1)
+        tgt_in[tgt_in.eq(3)] = 0  # EOS only in the output
+        return src, tgt_in, tgt_out
+
+    a, b = batch(0, [5, 3]), batch(10, [7, 6, 2])
+    n_target = int(a[2].ne(0).sum() + b[2].ne(0).sum())
+    split_model, whole_model = tiny_model(), tiny_model()
+    loss_split, _ = forward_backward(split_model, [a, b], n_target=n_target, eps=0.1)
+    width = 7
+    pad = lambda t: F.pad(t, (0, width - t.size(1)))
+    whole = tuple(torch.cat([pad(x), pad(y)]) for x, y in zip(a, b, strict=True))
+    loss_whole, _ = forward_backward(whole_model, [whole], n_target=n_target, eps=0.1)
+    assert loss_split == pytest.approx(loss_whole, rel=1e-5)
+    for (name, p), q in zip(split_model.named_parameters(), whole_model.parameters(),
+                            strict=True):
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-6, rtol=1e-4, msg=name)
