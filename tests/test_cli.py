@@ -48,4 +48,4 @@ def test_translate_end_to_end(tmp_path, multi30k_vocab):
 
 def test_translate_missing_model_is_a_clear_error(tmp_path, capsys):
     assert main(["translate", "--model", str(tmp_path / "nope")]) == 2
-    assert "not a model directory" in capsys.readouterr().err
+    assert "neither a model directory nor a run" in capsys.readouterr().err

@@ -27,14 +27,18 @@ def test_tiny_model_learns_to_reverse():
                       n_decoder_layers=2, dropout=0.0, max_positions=64)
     model = Transformer(cfg)
     opt = torch.optim.Adam(model.parameters(), lr=2e-3, betas=(0.9, 0.98), eps=1e-9)
+    steps = 450  # warm up over 50 steps, then decay linearly to 0: stable across thread counts
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / 50) * (1 - s / steps))
     g = torch.Generator().manual_seed(0)
-    for _ in range(400):
+    for _ in range(steps):
         src, tgt_in, tgt_out = reverse_batch(g, 64, cfg.vocab_size)
         logits = model(src, tgt_in)
         loss = F.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), ignore_index=PAD)
         opt.zero_grad()
         loss.backward()
         opt.step()
+        schedule.step()
     model.eval()
     src, _, tgt_out = reverse_batch(torch.Generator().manual_seed(123), 200, cfg.vocab_size)
     hyps = greedy_search(model, src, DecodeConfig(max_length_offset=3))
