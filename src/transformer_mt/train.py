@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from .checkpoint import checkpoint_dirs, load_checkpoint, save_checkpoint
+from .checkpoint import clean_temporaries, latest_checkpoint, load_checkpoint, save_checkpoint
 from .config import Config, config_to_dict
 from .data import VOCAB_FILE, ParallelData, load_meta, load_vocab, token_batches
 from .evaluate import sacrebleu_scores
@@ -204,10 +204,11 @@ def train(cfg: Config, *, data_dir: Path, run_dir: Path) -> dict:
                                  betas=(tcfg.adam_beta1, tcfg.adam_beta2), eps=tcfg.adam_eps)
     state = {"step": 0, "epoch": 0, "batch_in_epoch": 0, "tokens": 0, "best_bleu": None,
              "train_seconds": 0.0}
-    checkpoints = checkpoint_dirs(run_dir)
-    if checkpoints:
-        state = load_checkpoint(checkpoints[-1], model, optimizer)
-        log.info("resuming from %s (step %d)", checkpoints[-1], state["step"])
+    clean_temporaries(run_dir)
+    latest = latest_checkpoint(run_dir)
+    if latest is not None:
+        state = load_checkpoint(latest, model, optimizer)
+        log.info("resuming from %s (step %d)", latest, state["step"])
     model.train()
     metrics = MetricsLog(run_dir)
     progress = Progress(start=state["step"], total=tcfg.max_steps)
@@ -293,8 +294,8 @@ def train(cfg: Config, *, data_dir: Path, run_dir: Path) -> dict:
             state["batch_in_epoch"] = 0
     progress.close()
     state["train_seconds"] = seconds_before + time.monotonic() - started
-    saved = checkpoint_dirs(run_dir)
-    if not saved or saved[-1].name != f"step_{state['step']:08d}":
+    latest = latest_checkpoint(run_dir)
+    if latest is None or latest.name != f"step_{state['step']:08d}":
         if state["step"] % tcfg.valid_every:
             run_validation()
         save()
