@@ -235,7 +235,7 @@ def train(cfg: Config, *, data_dir: Path, run_dir: Path) -> dict:
     started = time.monotonic()
     seconds_before = state["train_seconds"]
     last_save = started
-    window_tokens, window_start = 0, time.monotonic()
+    window = {"tokens": 0, "loss": 0.0, "nll": 0.0, "start": time.monotonic()}
 
     def out_of_time() -> bool:
         return bool(tcfg.max_minutes) and \
@@ -271,16 +271,20 @@ def train(cfg: Config, *, data_dir: Path, run_dir: Path) -> dict:
             state["step"] += 1
             state["batch_in_epoch"] = first + len(group)
             state["tokens"] += n_target
-            window_tokens += n_target
+            window["tokens"] += n_target
+            window["loss"] += loss_total
+            window["nll"] += nll_total
             if state["step"] % tcfg.log_every == 0:
                 now = time.monotonic()
-                values = {"loss": loss_total / n_target, "nll": nll_total / n_target, "lr": lr,
-                          "tokens_per_s": window_tokens / (now - window_start),
+                # averages per target token over the steps since the last log line
+                values = {"loss": window["loss"] / window["tokens"],
+                          "nll": window["nll"] / window["tokens"], "lr": lr,
+                          "tokens_per_s": window["tokens"] / (now - window["start"]),
                           "epoch": state["epoch"]}
                 metrics.write("train", state["step"], **values)
                 progress.update(state["step"], loss=values["loss"], lr=lr,
                                 tok_s=round(values["tokens_per_s"]), epoch=state["epoch"])
-                window_tokens, window_start = 0, now
+                window = {"tokens": 0, "loss": 0.0, "nll": 0.0, "start": now}
             state["train_seconds"] = seconds_before + time.monotonic() - started
             if state["step"] % tcfg.valid_every == 0:
                 run_validation()
