@@ -192,6 +192,11 @@ def load_checkpoint(path: Path, model: Transformer, optimizer: torch.optim.Adam)
     extra = read_weights(path / OPTIMIZER_FILE)
     load_optimizer_tensors(model, optimizer, extra, path / OPTIMIZER_FILE)
     torch.set_rng_state(extra["rng.torch"])
+    return read_state(path)
+
+
+def read_state(path: Path) -> dict:
+    """The JSON training state of checkpoint `path`."""
     try:
         return json.loads((path / STATE_FILE).read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as err:
