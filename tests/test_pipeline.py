@@ -78,6 +78,33 @@ def test_cli_end_to_end(corpus, tmp_path, capsys):
     assert 0 <= scores["bleu"] <= 100 and scores["tok_bleu"] is not None
 
 
+def test_resume_with_other_config_or_data_is_refused(corpus, tmp_path, capsys):
+    data, run = tmp_path / "data", tmp_path / "run"
+    prepare = ["prepare", "--train-src", str(corpus / "train.en"), "--train-tgt",
+               str(corpus / "train.de"), "--vocab-size", "300", "--out"]
+    assert main([*prepare, str(data)]) == 0
+    assert main(["train", "--data", str(data), "--run-dir", str(run), *TRAIN_ARGS,
+                 "--train.max_steps=10"]) == 0
+    capsys.readouterr()
+    assert main(["train", "--data", str(data), "--run-dir", str(run), *TRAIN_ARGS,
+                 "--train.max_steps=20", "--model.d_ff=128"]) == 2
+    assert "model.d_ff (checkpoint: 256, now: 128)" in capsys.readouterr().err
+    other = tmp_path / "other"
+    (corpus / "train2.de").write_text((corpus / "train.de").read_text() + "Noch ein Satz.\n")
+    (corpus / "train2.en").write_text((corpus / "train.en").read_text() + "One more.\n")
+    assert main(["prepare", "--train-src", str(corpus / "train2.en"), "--train-tgt",
+                 str(corpus / "train2.de"), "--vocab-size", "300", "--out", str(other)]) == 0
+    capsys.readouterr()
+    assert main(["train", "--data", str(other), "--run-dir", str(run), *TRAIN_ARGS,
+                 "--train.max_steps=20"]) == 2
+    err = capsys.readouterr().err
+    assert "data_sha256.train (checkpoint: " in err
+    # budgets may change, and --ignore-mismatch resumes anyway
+    assert main(["train", "--data", str(other), "--run-dir", str(run), *TRAIN_ARGS,
+                 "--train.max_steps=15", "--ignore-mismatch"]) == 0
+    assert "trained to step 15" in capsys.readouterr().out
+
+
 def test_train_unknown_override_names_the_key(tmp_path, capsys):
     assert main(["train", "--data", str(tmp_path), "--run-dir", str(tmp_path / "r"),
                  "--config", "tiny", "--train.max_stepz=3"]) == 2

@@ -3,8 +3,13 @@
 A checkpoint is a directory `RUN_DIR/checkpoints/step_00001000/`: it is a model directory
 (`model.safetensors`, `config.json`, `sentencepiece.model`) plus `optimizer.safetensors` (Adam
 moments and the torch RNG state) and `state.json` (step, epoch, position in the epoch).
-It is written into a temporary directory beside its final place and renamed into place, so a
-crash never leaves a half-written checkpoint under a final name.
+`MANIFEST.sha256` lists the sha256 of every other file.
+
+Write protocol: the files go into a temporary directory beside the final place; every file and
+the directory are fsynced; the directory is renamed into place; the parent is fsynced. A crash
+therefore never leaves a half-written checkpoint under a final name, and the latest checkpoint is
+the highest step whose manifest verifies. Temporaries left by a crash are removed at the next
+start; pruning to the last K never deletes the newest valid checkpoint.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from .data import sha256_file
 from .model import Transformer
 from .model_io import (
     CONFIG_FILE,
@@ -34,16 +40,85 @@ log = logging.getLogger(__name__)
 
 OPTIMIZER_FILE = "optimizer.safetensors"
 STATE_FILE = "state.json"
+MANIFEST_FILE = "MANIFEST.sha256"
 STEP_DIR = re.compile(r"^step_(\d{8})$")
+TMP_PREFIX = ".tmp-"
 
 
-def checkpoint_dirs(run_dir: Path) -> list[Path]:
-    """Complete checkpoints of a run, oldest first."""
+class CheckpointError(OSError):
+    """A checkpoint could not be written; the message names the path and the reason."""
+
+
+def step_dirs(run_dir: Path) -> list[Path]:
+    """Directories under final checkpoint names, oldest first (not verified)."""
     root = Path(run_dir) / "checkpoints"
     if not root.is_dir():
         return []
-    found = [p for p in root.iterdir() if STEP_DIR.match(p.name) and (p / STATE_FILE).exists()]
-    return sorted(found, key=lambda p: p.name)
+    return sorted((p for p in root.iterdir() if STEP_DIR.match(p.name)), key=lambda p: p.name)
+
+
+def manifest_problem(path: Path) -> str | None:
+    """Why checkpoint `path` is not valid (missing or damaged file), or None if it verifies."""
+    try:
+        lines = (path / MANIFEST_FILE).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        return f"no readable {MANIFEST_FILE} ({err})"
+    listed = {}
+    for line in lines:
+        digest, _, name = line.partition("  ")
+        listed[name] = digest
+    for required in (WEIGHTS_FILE, OPTIMIZER_FILE, CONFIG_FILE, VOCAB_FILE, STATE_FILE):
+        if required not in listed:
+            return f"{MANIFEST_FILE} does not list {required}"
+    for name, digest in listed.items():
+        try:
+            actual = sha256_file(path / name)
+        except OSError as err:
+            return f"{name}: {err.strerror}"
+        if actual != digest:
+            return f"{name}: sha256 mismatch"
+    return None
+
+
+def checkpoint_dirs(run_dir: Path) -> list[Path]:
+    """Checkpoints of a run whose manifest verifies, oldest first; invalid ones are logged."""
+    valid = []
+    for path in step_dirs(run_dir):
+        problem = manifest_problem(path)
+        if problem:
+            log.warning("ignoring damaged checkpoint %s: %s", path, problem)
+        else:
+            valid.append(path)
+    return valid
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The highest step whose manifest verifies, or None."""
+    for path in reversed(step_dirs(run_dir)):
+        problem = manifest_problem(path)
+        if problem is None:
+            return path
+        log.warning("ignoring damaged checkpoint %s: %s", path, problem)
+    return None
+
+
+def clean_temporaries(run_dir: Path) -> None:
+    """Remove half-written checkpoints left by a crash."""
+    root = Path(run_dir) / "checkpoints"
+    if root.is_dir():
+        for path in root.iterdir():
+            if path.name.startswith(TMP_PREFIX):
+                log.info("removing unfinished checkpoint %s", path)
+                shutil.rmtree(path, ignore_errors=True)
+
+
+def fsync_path(path: Path) -> None:
+    """fsync a file or a directory."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def optimizer_tensors(model: Transformer, optimizer: torch.optim.Adam) -> dict[str, torch.Tensor]:
@@ -69,27 +144,46 @@ def load_optimizer_tensors(model: Transformer, optimizer: torch.optim.Adam,
 
 def save_checkpoint(*, run_dir: Path, model: Transformer, optimizer: torch.optim.Adam,
                     state: dict, config: dict, vocab_path: Path, keep_last: int) -> Path:
-    """Write checkpoint `state["step"]` atomically, then delete all but the last keep_last."""
+    """Write checkpoint `state["step"]` with the protocol above, then prune to keep_last.
+    On any OS error (disk full, I/O error) the temporary is removed, earlier checkpoints are
+    untouched, and CheckpointError names the path."""
     root = Path(run_dir) / "checkpoints"
-    root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{state['step']:08d}"
-    tmp = root / f".tmp-{final.name}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    weights = {k: v.cpu() for k, v in unique_state_dict(model).items()}
-    save_file(weights, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
-    extra = optimizer_tensors(model, optimizer)
-    extra["rng.torch"] = torch.get_rng_state()
-    save_file(extra, str(tmp / OPTIMIZER_FILE))
-    (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-    shutil.copyfile(vocab_path, tmp / VOCAB_FILE)
-    (tmp / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    for old in checkpoint_dirs(run_dir)[:-keep_last]:
-        shutil.rmtree(old)
+    tmp = root / f"{TMP_PREFIX}{final.name}"
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+        weights = {k: v.cpu() for k, v in unique_state_dict(model).items()}
+        save_file(weights, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
+        extra = optimizer_tensors(model, optimizer)
+        extra["rng.torch"] = torch.get_rng_state()
+        save_file(extra, str(tmp / OPTIMIZER_FILE))
+        (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+        shutil.copyfile(vocab_path, tmp / VOCAB_FILE)
+        (tmp / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
+        names = sorted(p.name for p in tmp.iterdir())
+        manifest = "".join(f"{sha256_file(tmp / n)}  {n}\n" for n in names)
+        (tmp / MANIFEST_FILE).write_text(manifest, encoding="utf-8")
+        for name in [*names, MANIFEST_FILE]:
+            fsync_path(tmp / name)
+        fsync_path(tmp)
+        if final.exists():  # a re-save of the same step (e.g. after a resume)
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        fsync_path(root)
+    except OSError as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise CheckpointError(f"{final}: could not save checkpoint: {err}") from err
+    prune(run_dir, keep_last=keep_last, keep=final)
     return final
+
+
+def prune(run_dir: Path, *, keep_last: int, keep: Path) -> None:
+    """Delete all but the last keep_last checkpoints; never `keep` (the one just verified)."""
+    for old in step_dirs(run_dir)[:-keep_last]:
+        if old != keep:
+            shutil.rmtree(old)
 
 
 def load_checkpoint(path: Path, model: Transformer, optimizer: torch.optim.Adam) -> dict:
@@ -98,6 +192,11 @@ def load_checkpoint(path: Path, model: Transformer, optimizer: torch.optim.Adam)
     extra = read_weights(path / OPTIMIZER_FILE)
     load_optimizer_tensors(model, optimizer, extra, path / OPTIMIZER_FILE)
     torch.set_rng_state(extra["rng.torch"])
+    return read_state(path)
+
+
+def read_state(path: Path) -> dict:
+    """The JSON training state of checkpoint `path`."""
     try:
         return json.loads((path / STATE_FILE).read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as err:
@@ -132,7 +231,7 @@ def resolve_model_dir(path: Path) -> Path:
     path = Path(path)
     if (path / WEIGHTS_FILE).exists():
         return path
-    checkpoints = checkpoint_dirs(path)
-    if checkpoints:
-        return checkpoints[-1]
+    latest = latest_checkpoint(path)
+    if latest is not None:
+        return latest
     raise ModelLoadError(f"{path}: neither a model directory nor a run with checkpoints")

@@ -98,7 +98,8 @@ def _train(args: argparse.Namespace) -> int:
     from .train import train
 
     cfg = load_config(args.config, args.overrides)
-    state = train(cfg, data_dir=args.data, run_dir=args.run_dir)
+    state = train(cfg, data_dir=args.data, run_dir=args.run_dir,
+                  ignore_mismatch=args.ignore_mismatch)
     print(f"trained to step {state['step']} (epoch {state['epoch']}, "
           f"{state['train_seconds'] / 60:.1f} min); checkpoints in {args.run_dir}/checkpoints")
     return 0
@@ -188,6 +189,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help=f"preset ({', '.join(preset_names())}) or YAML file (default: base)")
     tra.add_argument("--data", required=True, type=Path, help="prepared data directory")
     tra.add_argument("--run-dir", required=True, type=Path, help="where the run is written")
+    tra.add_argument("--ignore-mismatch", action="store_true",
+                     help="resume even if config, vocabulary or data differ from the checkpoint")
     tra.set_defaults(func=_train, overrides=[])
 
     avg = sub.add_parser(

@@ -15,7 +15,13 @@ import torch
 from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from .checkpoint import checkpoint_dirs, load_checkpoint, save_checkpoint
+from .checkpoint import (
+    clean_temporaries,
+    latest_checkpoint,
+    load_checkpoint,
+    read_state,
+    save_checkpoint,
+)
 from .config import Config, config_to_dict
 from .data import VOCAB_FILE, ParallelData, load_meta, load_vocab, token_batches
 from .evaluate import sacrebleu_scores
@@ -181,9 +187,41 @@ class Progress:
             self.bar.close()
 
 
-def train(cfg: Config, *, data_dir: Path, run_dir: Path) -> dict:
-    """Train on a prepared data directory into run_dir; resume if run_dir has checkpoints.
-    Returns the final state."""
+# Train settings that may change when a run is resumed: budgets, logging and saving cadence.
+RESUMABLE_TRAIN_KEYS = {"max_steps", "max_epochs", "max_minutes", "log_every", "valid_every",
+                        "valid_bleu", "save_every", "save_every_minutes", "keep_last", "threads"}
+
+
+class ResumeMismatch(ValueError):
+    """A run directory's checkpoint was trained with another config, vocabulary or data."""
+
+
+def fingerprint(cfg: Config, meta: dict) -> dict:
+    """What a resumed run must share with its checkpoint: the model, the optimisation
+    settings, the vocabulary and the data (sha256 of the prepared inputs)."""
+    train = {k: v for k, v in config_to_dict(cfg.train).items() if k not in RESUMABLE_TRAIN_KEYS}
+    return {"model": config_to_dict(cfg.model), "train": train,
+            "vocab_sha256": meta["vocab_sha256"],
+            "data_sha256": {name: [f["src_sha256"], f["tgt_sha256"]]
+                            for name, f in meta["inputs"].items()}}
+
+
+def fingerprint_differences(old: dict, new: dict, prefix: str = "") -> list[str]:
+    """Dotted names of the entries that differ, with both values."""
+    out = []
+    for key in sorted(old.keys() | new.keys()):
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += fingerprint_differences(a, b, f"{prefix}{key}.")
+        elif a != b:
+            out.append(f"{prefix}{key} (checkpoint: {a!r}, now: {b!r})")
+    return out
+
+
+def train(cfg: Config, *, data_dir: Path, run_dir: Path, ignore_mismatch: bool = False) -> dict:
+    """Train on a prepared data directory into run_dir; resume if run_dir has checkpoints
+    (refusing, unless ignore_mismatch, if config, vocabulary or data differ from the
+    checkpoint's). Returns the final state."""
     tcfg = cfg.train
     data_dir, run_dir = Path(data_dir), Path(run_dir)
     if tcfg.threads:
@@ -203,11 +241,20 @@ def train(cfg: Config, *, data_dir: Path, run_dir: Path) -> dict:
     optimizer = torch.optim.Adam(model.parameters(), lr=0.0,
                                  betas=(tcfg.adam_beta1, tcfg.adam_beta2), eps=tcfg.adam_eps)
     state = {"step": 0, "epoch": 0, "batch_in_epoch": 0, "tokens": 0, "best_bleu": None,
-             "train_seconds": 0.0}
-    checkpoints = checkpoint_dirs(run_dir)
-    if checkpoints:
-        state = load_checkpoint(checkpoints[-1], model, optimizer)
-        log.info("resuming from %s (step %d)", checkpoints[-1], state["step"])
+             "train_seconds": 0.0, "fingerprint": fingerprint(cfg, meta)}
+    clean_temporaries(run_dir)
+    latest = latest_checkpoint(run_dir)
+    if latest is not None:
+        differences = fingerprint_differences(read_state(latest).get("fingerprint", {}),
+                                              state["fingerprint"])
+        if differences and not ignore_mismatch:
+            raise ResumeMismatch(
+                f"cannot resume {run_dir} from {latest.name}: " + "; ".join(differences) +
+                " (use another --run-dir, or --ignore-mismatch to resume anyway)")
+        if differences:
+            log.warning("resuming despite differences: %s", "; ".join(differences))
+        state = load_checkpoint(latest, model, optimizer) | {"fingerprint": state["fingerprint"]}
+        log.info("resuming from %s (step %d)", latest, state["step"])
     model.train()
     metrics = MetricsLog(run_dir)
     progress = Progress(start=state["step"], total=tcfg.max_steps)
@@ -234,7 +281,7 @@ def train(cfg: Config, *, data_dir: Path, run_dir: Path) -> dict:
     started = time.monotonic()
     seconds_before = state["train_seconds"]
     last_save = started
-    window_tokens, window_start = 0, time.monotonic()
+    window = {"tokens": 0, "loss": 0.0, "nll": 0.0, "start": time.monotonic()}
 
     def out_of_time() -> bool:
         return bool(tcfg.max_minutes) and \
@@ -270,16 +317,20 @@ def train(cfg: Config, *, data_dir: Path, run_dir: Path) -> dict:
             state["step"] += 1
             state["batch_in_epoch"] = first + len(group)
             state["tokens"] += n_target
-            window_tokens += n_target
+            window["tokens"] += n_target
+            window["loss"] += loss_total
+            window["nll"] += nll_total
             if state["step"] % tcfg.log_every == 0:
                 now = time.monotonic()
-                values = {"loss": loss_total / n_target, "nll": nll_total / n_target, "lr": lr,
-                          "tokens_per_s": window_tokens / (now - window_start),
+                # averages per target token over the steps since the last log line
+                values = {"loss": window["loss"] / window["tokens"],
+                          "nll": window["nll"] / window["tokens"], "lr": lr,
+                          "tokens_per_s": window["tokens"] / (now - window["start"]),
                           "epoch": state["epoch"]}
                 metrics.write("train", state["step"], **values)
                 progress.update(state["step"], loss=values["loss"], lr=lr,
                                 tok_s=round(values["tokens_per_s"]), epoch=state["epoch"])
-                window_tokens, window_start = 0, now
+                window = {"tokens": 0, "loss": 0.0, "nll": 0.0, "start": now}
             state["train_seconds"] = seconds_before + time.monotonic() - started
             if state["step"] % tcfg.valid_every == 0:
                 run_validation()
@@ -293,8 +344,8 @@ def train(cfg: Config, *, data_dir: Path, run_dir: Path) -> dict:
             state["batch_in_epoch"] = 0
     progress.close()
     state["train_seconds"] = seconds_before + time.monotonic() - started
-    saved = checkpoint_dirs(run_dir)
-    if not saved or saved[-1].name != f"step_{state['step']:08d}":
+    latest = latest_checkpoint(run_dir)
+    if latest is None or latest.name != f"step_{state['step']:08d}":
         if state["step"] % tcfg.valid_every:
             run_validation()
         save()
