@@ -82,10 +82,10 @@ CRASH_POINTS = {
 }
 
 
-def crash_during_save(run_dir, vocab_file, point):
-    """In a child process: save step 20 and die (os._exit, like kill -9) at `point`."""
+def crash_during_save(run_dir, vocab_file, point, model, opt):
+    """In a forked child: save step 20 and die (os._exit, like kill -9) at `point`. The child
+    runs no tensor math (OpenMP is not fork-safe): the model comes from the parent."""
     name, nth = CRASH_POINTS[point]
-    model, opt = trained()
     calls = {"n": 0}
 
     def dying(real):
@@ -114,9 +114,11 @@ def test_crash_at_each_step_of_the_protocol(tmp_path, vocab_file, point):
     model, opt = trained()
     before = save(tmp_path, model, opt, 10, vocab_file)
     child = multiprocessing.get_context("fork").Process(
-        target=crash_during_save, args=(tmp_path, vocab_file, point))
+        target=crash_during_save, args=(tmp_path, vocab_file, point, model, opt), daemon=True)
     child.start()
     child.join(60)
+    if child.exitcode is None:
+        child.kill()
     assert child.exitcode == 9
     clean_temporaries(tmp_path)
     assert not [p for p in (tmp_path / "checkpoints").iterdir() if p.name.startswith(".tmp")]
