@@ -6,12 +6,18 @@ config, run log, metrics, scores and a results.json with the figures. Never the 
 
 import json
 import platform
+import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import torch
+
+
+def run_commit(log: Path) -> str:
+    """The commit run.sh recorded on its first line ("... commit abc1234")."""
+    match = re.search(r"commit (\w+)", log.read_text().splitlines()[0])
+    return match.group(1) if match else "unknown"
 
 
 def main(out: Path) -> None:
@@ -29,8 +35,7 @@ def main(out: Path) -> None:
     results = {
         "task": out.name,
         "languages": config["languages"],
-        "commit": subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"],
-                                 capture_output=True, text=True).stdout.strip(),
+        "commit": run_commit(out / "run.log"),
         "machine": {"cpu": platform.processor() or platform.machine(),
                     "threads": torch.get_num_threads(), "torch": torch.__version__,
                     "python": platform.python_version()},
