@@ -8,7 +8,6 @@ the wrong type are errors that name the key.
 from __future__ import annotations
 
 import dataclasses
-import json
 import types
 import typing
 from dataclasses import dataclass, field
@@ -267,7 +266,3 @@ def load_config(preset_or_yaml: str | Path = "base", overrides: list[str] = ()) 
         return config_from_dict(Config, data)
     except ConfigError as err:
         raise ConfigError(f"{path}: {err}") from None
-
-
-def save_config_json(cfg, path: Path) -> None:
-    path.write_text(json.dumps(config_to_dict(cfg), indent=2) + "\n", encoding="utf-8")
