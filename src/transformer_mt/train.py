@@ -260,7 +260,11 @@ def train(cfg: Config, *, data_dir: Path, run_dir: Path, ignore_mismatch: bool =
     progress = Progress(start=state["step"], total=tcfg.max_steps)
     vocab_path = data_dir / VOCAB_FILE
 
+    saved_step = state["step"] if latest is not None else None  # the step on disk
+
     def save() -> None:
+        nonlocal saved_step
+        saved_step = state["step"]
         path = save_checkpoint(run_dir=run_dir, model=model, optimizer=optimizer, state=state,
                                config=config, vocab_path=vocab_path, keep_last=tcfg.keep_last)
         log.info("saved %s", path)
@@ -344,8 +348,7 @@ def train(cfg: Config, *, data_dir: Path, run_dir: Path, ignore_mismatch: bool =
             state["batch_in_epoch"] = 0
     progress.close()
     state["train_seconds"] = seconds_before + time.monotonic() - started
-    latest = latest_checkpoint(run_dir)
-    if latest is None or latest.name != f"step_{state['step']:08d}":
+    if saved_step != state["step"]:
         if state["step"] % tcfg.valid_every:
             run_validation()
         save()
