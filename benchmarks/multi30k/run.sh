@@ -2,6 +2,7 @@
 # Multi30k end to end on this machine: prepare -> train (wall-time budget) -> average ->
 # select on val -> translate test_2016_flickr -> sacreBLEU + tokenized lowercased BLEU.
 # Usage: benchmarks/multi30k/run.sh SRC TGT MINUTES [OUT_DIR]   e.g. run.sh en de 85
+# CONFIG=path.yaml picks another config (default benchmarks/multi30k/multi30k.yaml).
 # Weights stay in OUT_DIR (default runs/multi30k-SRC-TGT, git-ignored); the config, logs and
 # scores to commit are copied to benchmarks/results/multi30k-SRC-TGT/ by report.py.
 set -euo pipefail
@@ -9,10 +10,10 @@ SRC=$1; TGT=$2; MINUTES=$3
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 DATA=${TRANSFORMER_MT_DATA:-$REPO/../shared/data}
 OUT=${4:-$REPO/runs/multi30k-$SRC-$TGT}
-CONFIG=$REPO/benchmarks/multi30k/multi30k.yaml
+CONFIG=${CONFIG:-$REPO/benchmarks/multi30k/multi30k.yaml}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/run.log") 2>&1
-echo "== $(date -u +%FT%TZ) multi30k $SRC->$TGT, $MINUTES min, commit $(git -C "$REPO" rev-parse --short HEAD)"
+echo "== $(date -u +%FT%TZ) multi30k $SRC->$TGT, $MINUTES min, commit $(git -C "$REPO" rev-parse --short HEAD), config $CONFIG"
 
 [ -f "$OUT/data/meta.json" ] || transformer-mt prepare --dataset multi30k --pair "$SRC-$TGT" \
   --data-dir "$DATA" --config "$CONFIG" --out "$OUT/data"
