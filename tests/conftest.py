@@ -62,3 +62,31 @@ def multi30k_vocab(tmp_path_factory):
         read_lines(SHARED_DATA / "multi30k/train.de.gz", 500)
     path = tmp_path_factory.mktemp("vocab") / "sentencepiece.model"
     return train_vocabulary(texts, vocab_size=300, out_path=path)
+
+
+@pytest.fixture(scope="session")
+def multi30k_corpus(tmp_path_factory) -> Path:
+    """Plain-text train (400 pairs), valid (40) and test (30) en/de files from Multi30k."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"real data not found at {SHARED_DATA} (set TRANSFORMER_MT_DATA)")
+    root = tmp_path_factory.mktemp("corpus")
+    m30k = SHARED_DATA / "multi30k"
+    for split, name, n in (("train", "train", 400), ("valid", "val", 40), ("test", "val", 30)):
+        for lang in ("en", "de"):
+            lines = read_lines(m30k / f"{name}.{lang}.gz", n)
+            (root / f"{split}.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return root
+
+
+@pytest.fixture(scope="session")
+def prepared_multi30k(multi30k_corpus, tmp_path_factory) -> Path:
+    """`multi30k_corpus` prepared with a 500-piece vocabulary (a data directory for train)."""
+    from transformer_mt.cli import main
+
+    out = tmp_path_factory.mktemp("prepared") / "data"
+    corpus = multi30k_corpus
+    assert main(["prepare", "--train-src", str(corpus / "train.en"), "--train-tgt",
+                 str(corpus / "train.de"), "--valid-src", str(corpus / "valid.en"),
+                 "--valid-tgt", str(corpus / "valid.de"), "--vocab-size", "500", "--out",
+                 str(out), "--src-lang", "en", "--tgt-lang", "de"]) == 0
+    return out

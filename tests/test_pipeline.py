@@ -3,9 +3,6 @@
 
 import json
 
-import pytest
-
-from conftest import read_lines
 from transformer_mt.checkpoint import checkpoint_dirs
 from transformer_mt.cli import main
 
@@ -15,22 +12,8 @@ TRAIN_ARGS = ["--config", "tiny", "--train.max_tokens=1500", "--train.warmup_ste
               "--train.valid_bleu=false", "--model.dropout=0.0"]
 
 
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    from conftest import SHARED_DATA
-
-    if not SHARED_DATA.is_dir():
-        pytest.skip("no shared data")
-    root = tmp_path_factory.mktemp("corpus")
-    m30k = SHARED_DATA / "multi30k"
-    for split, name, n in (("train", "train", 400), ("valid", "val", 40), ("test", "val", 30)):
-        for lang in ("en", "de"):
-            lines = read_lines(m30k / f"{name}.{lang}.gz", n)
-            (root / f"{split}.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return root
-
-
-def test_cli_end_to_end(corpus, tmp_path, capsys):
+def test_cli_end_to_end(multi30k_corpus, tmp_path, capsys):
+    corpus = multi30k_corpus
     data, run = tmp_path / "data", tmp_path / "run"
     assert main(["prepare", "--train-src", str(corpus / "train.en"), "--train-tgt",
                  str(corpus / "train.de"), "--valid-src", str(corpus / "valid.en"),
@@ -78,7 +61,8 @@ def test_cli_end_to_end(corpus, tmp_path, capsys):
     assert 0 <= scores["bleu"] <= 100 and scores["tok_bleu"] is not None
 
 
-def test_resume_with_other_config_or_data_is_refused(corpus, tmp_path, capsys):
+def test_resume_with_other_config_or_data_is_refused(multi30k_corpus, tmp_path, capsys):
+    corpus = multi30k_corpus
     data, run = tmp_path / "data", tmp_path / "run"
     prepare = ["prepare", "--train-src", str(corpus / "train.en"), "--train-tgt",
                str(corpus / "train.de"), "--vocab-size", "300", "--out"]

@@ -2,7 +2,8 @@
 
 A checkpoint is a directory `RUN_DIR/checkpoints/step_00001000/`: it is a model directory
 (`model.safetensors`, `config.json`, `sentencepiece.model`) plus `optimizer.safetensors` (Adam
-moments and the torch RNG state) and `state.json` (step, epoch, position in the epoch).
+moments, torch's CPU and CUDA random states) and `state.json` (the caller's training state: step,
+epoch, position in the epoch..., with the Python and NumPy random states added as "rng").
 `MANIFEST.sha256` lists the sha256 of every other file.
 
 Write protocol: the files go into a temporary directory beside the final place; every file and
@@ -24,6 +25,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from . import rng_state
 from .data import sha256_file
 from .model import Transformer
 from .model_io import (
@@ -139,7 +141,9 @@ def load_optimizer_tensors(model: Transformer, optimizer: torch.optim.Adam,
         missing = [k for k in keys if f"{k}.{name}" not in tensors]
         if missing:
             raise ModelLoadError(f"{path}: no optimizer state {missing} for parameter '{name}'")
-        optimizer.state[p] = {k: tensors[f"{k}.{name}"].clone() for k in keys}
+        optimizer.state[p] = {"step": tensors[f"step.{name}"].clone(),  # stays on the CPU
+                              "exp_avg": tensors[f"exp_avg.{name}"].to(p.device, copy=True),
+                              "exp_avg_sq": tensors[f"exp_avg_sq.{name}"].to(p.device, copy=True)}
 
 
 def save_checkpoint(*, run_dir: Path, model: Transformer, optimizer: torch.optim.Adam,
@@ -156,9 +160,9 @@ def save_checkpoint(*, run_dir: Path, model: Transformer, optimizer: torch.optim
         tmp.mkdir()
         weights = {k: v.cpu() for k, v in unique_state_dict(model).items()}
         save_file(weights, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
-        extra = optimizer_tensors(model, optimizer)
-        extra["rng.torch"] = torch.get_rng_state()
-        save_file(extra, str(tmp / OPTIMIZER_FILE))
+        rng_json, rng_tensors = rng_state.capture()
+        save_file(optimizer_tensors(model, optimizer) | rng_tensors, str(tmp / OPTIMIZER_FILE))
+        state = state | {"rng": rng_json}
         (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
         shutil.copyfile(vocab_path, tmp / VOCAB_FILE)
         (tmp / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
@@ -187,12 +191,19 @@ def prune(run_dir: Path, *, keep_last: int, keep: Path) -> None:
 
 
 def load_checkpoint(path: Path, model: Transformer, optimizer: torch.optim.Adam) -> dict:
-    """Restore model, optimizer and torch RNG from checkpoint `path`; returns its state."""
+    """Restore model, optimizer and every random generator from checkpoint `path`; returns its
+    training state (without the random states)."""
     assign_weights(model, read_weights(path / WEIGHTS_FILE), path / WEIGHTS_FILE)
     extra = read_weights(path / OPTIMIZER_FILE)
     load_optimizer_tensors(model, optimizer, extra, path / OPTIMIZER_FILE)
-    torch.set_rng_state(extra["rng.torch"])
-    return read_state(path)
+    state = read_state(path)
+    if "rng" not in state:
+        raise ModelLoadError(f"{path / STATE_FILE}: missing key 'rng' (the random states)")
+    try:
+        rng_state.restore(state.pop("rng"), extra, str(path))
+    except KeyError as err:
+        raise ModelLoadError(err.args[0]) from None
+    return state
 
 
 def read_state(path: Path) -> dict:

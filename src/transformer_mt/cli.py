@@ -95,11 +95,15 @@ def _prepare(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from .train import train
+    from .train import TrainingDiverged, train
 
     cfg = load_config(args.config, args.overrides)
-    state = train(cfg, data_dir=args.data, run_dir=args.run_dir,
-                  ignore_mismatch=args.ignore_mismatch)
+    try:
+        state = train(cfg, data_dir=args.data, run_dir=args.run_dir,
+                      ignore_mismatch=args.ignore_mismatch)
+    except TrainingDiverged as err:
+        print(f"transformer-mt train: stopped: {err}", file=sys.stderr)
+        return 3
     print(f"trained to step {state['step']} (epoch {state['epoch']}, "
           f"{state['train_seconds'] / 60:.1f} min); checkpoints in {args.run_dir}/checkpoints")
     return 0

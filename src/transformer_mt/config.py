@@ -140,7 +140,9 @@ class TrainConfig:
     lr_scale: float = 1.0  # multiplies eq. (3); not in the paper
     label_smoothing: float = 0.1  # §5.4
     clip_norm: float = 0.0  # 0: no clipping (the paper does not clip)
-    bf16: bool = False  # bfloat16 autocast; not in the paper
+    bf16: bool = False  # bfloat16 autocast (CPU or GPU); not in the paper
+    fp16: bool = False  # float16 autocast with a dynamic loss scale (GPU); not in the paper
+    device: str = "auto"  # auto: cuda if available, else cpu; or cpu, cuda, cuda:1, ...
     max_steps: int = 100_000  # §5.2: 100k steps for base
     max_epochs: int = 0  # 0: no limit
     max_minutes: float = 0.0  # 0: no limit; stop (with a checkpoint) after this wall time
@@ -151,11 +153,17 @@ class TrainConfig:
     save_every: int = 1_000  # steps
     save_every_minutes: float = 0.0  # 0: only by steps
     keep_last: int = 5  # checkpoints kept (§6.1 averages the last 5 for base, 20 for big)
+    patience: int = 0  # stop after this many validations without a better score; 0: never
+    # A step whose loss or gradient is not finite skips its update; this many in a row stop the
+    # run (with a checkpoint of the last finite parameters).
+    max_nonfinite: int = 10
     threads: int = 0  # torch intra-op threads; 0: torch's default
 
     def __post_init__(self):
         _check_positive(self, "max_tokens", "accumulate", "warmup_steps", "lr_scale",
-                        "log_every", "valid_every", "save_every", "keep_last")
+                        "log_every", "valid_every", "save_every", "keep_last", "max_nonfinite")
+        if self.bf16 and self.fp16:
+            raise ValueError("train.bf16 and train.fp16 are exclusive: pick one")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ValueError(f"train.label_smoothing must be in [0, 1), got {self.label_smoothing}")
         if self.max_steps <= 0 and self.max_epochs <= 0 and self.max_minutes <= 0:

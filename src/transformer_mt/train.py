@@ -3,19 +3,23 @@ validation, logging and checkpoints, and resuming a run from its latest checkpoi
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import math
+import random
 import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .checkpoint import (
+    STATE_FILE,
     clean_temporaries,
     latest_checkpoint,
     load_checkpoint,
@@ -25,6 +29,7 @@ from .checkpoint import (
 from .config import Config, config_to_dict
 from .data import VOCAB_FILE, ParallelData, load_meta, load_vocab, token_batches
 from .evaluate import sacrebleu_scores
+from .metrics import MetricsLog, plot_curves
 from .model import Transformer
 from .translator import Translator
 
@@ -51,85 +56,20 @@ def label_smoothed_nll(logits_NV: Tensor, target_N: Tensor, *, eps: float, pad_i
 
 
 def forward_backward(model: Transformer, batches: list[tuple[Tensor, Tensor, Tensor]], *,
-                     n_target: int, eps: float) -> tuple[float, float]:
+                     n_target: int, eps: float, scaler: torch.amp.GradScaler | None = None
+                     ) -> tuple[float, float]:
     """Accumulate the gradients of several batches (src, tgt_in, tgt_out), the loss normalised
     by n_target, their total number of target tokens, so that accumulation equals one large
-    batch. Returns the summed smoothed loss and NLL."""
+    batch (the fp16 `scaler` scales it). Returns the summed smoothed loss and NLL."""
     loss_total = nll_total = 0.0
     for src, tgt_in, tgt_out in batches:
         logits = model(src, tgt_in)
         loss, nll, _ = label_smoothed_nll(logits.flatten(0, 1), tgt_out.flatten(), eps=eps,
                                           pad_id=model.cfg.pad_id)
-        (loss / n_target).backward()
+        scaled = loss / n_target
+        (scaler.scale(scaled) if scaler is not None else scaled).backward()
         loss_total, nll_total = loss_total + loss.item(), nll_total + nll.item()
     return loss_total, nll_total
-
-
-class MetricsLog:
-    """Metrics to a JSONL file, TensorBoard, and the console."""
-
-    def __init__(self, run_dir: Path):
-        self.path = run_dir / "metrics.jsonl"
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self.writer = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
-        except ImportError:  # tensorboard is a dependency; tolerate a slim install
-            log.warning("tensorboard not installed: logging to %s only", self.path)
-            self.writer = None
-
-    def write(self, kind: str, step: int, **values) -> None:
-        record = {"kind": kind, "step": step, "time": round(time.time(), 3), **values}
-        with self.path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
-        if self.writer is not None:
-            for key, value in values.items():
-                if isinstance(value, int | float):
-                    self.writer.add_scalar(f"{kind}/{key}", value, step)
-            self.writer.flush()
-
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-
-
-def read_metrics(run_dir: Path) -> list[dict]:
-    path = run_dir / "metrics.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
-
-
-def plot_curves(run_dir: Path) -> Path | None:
-    """Training and validation curves from metrics.jsonl to curves.png."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    records = read_metrics(run_dir)
-    train = [r for r in records if r["kind"] == "train"]
-    valid = [r for r in records if r["kind"] == "valid"]
-    if not train:
-        return None
-    fig, (ax_loss, ax_bleu) = plt.subplots(1, 2, figsize=(11, 4))
-    ax_loss.plot([r["step"] for r in train], [r["loss"] for r in train], label="train loss")
-    if valid:
-        ax_loss.plot([r["step"] for r in valid], [r["loss"] for r in valid], "o-",
-                     label="valid loss")
-    ax_loss.set_xlabel("step")
-    ax_loss.set_ylabel("label-smoothed loss per token")
-    ax_loss.legend()
-    bleu = [r for r in valid if "bleu" in r]
-    if bleu:
-        ax_bleu.plot([r["step"] for r in bleu], [r["bleu"] for r in bleu], "o-", color="C2")
-    ax_bleu.set_xlabel("step")
-    ax_bleu.set_ylabel("validation sacreBLEU")
-    fig.tight_layout()
-    out = run_dir / "curves.png"
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
-    return out
 
 
 @torch.inference_mode()
@@ -137,11 +77,12 @@ def validate(model: Transformer, data: ParallelData, *, max_tokens: int, eps: fl
     """Loss and perplexity over a whole split, dropout off."""
     was_training = model.training
     model.eval()
+    device = next(model.parameters()).device
     loss_sum = nll_sum = 0.0
     n_tokens = 0
     for batch in token_batches(data.src_lengths, data.tgt_lengths, max_tokens=max_tokens,
                                seed=0, epoch=0, shuffle=False):
-        src, tgt_in, tgt_out = data.collate(batch)
+        src, tgt_in, tgt_out = (t.to(device) for t in data.collate(batch))
         logits = model(src, tgt_in)
         loss, nll, n = label_smoothed_nll(logits.flatten(0, 1), tgt_out.flatten(), eps=eps,
                                           pad_id=model.cfg.pad_id)
@@ -187,13 +128,29 @@ class Progress:
             self.bar.close()
 
 
-# Train settings that may change when a run is resumed: budgets, logging and saving cadence.
+
+# Train settings that may change when a run is resumed: budgets, cadence, device and threads.
 RESUMABLE_TRAIN_KEYS = {"max_steps", "max_epochs", "max_minutes", "log_every", "valid_every",
-                        "valid_bleu", "save_every", "save_every_minutes", "keep_last", "threads"}
+                        "valid_bleu", "save_every", "save_every_minutes", "keep_last", "threads",
+                        "device", "patience", "max_nonfinite"}
+
+# What an exact resume reads from a checkpoint's state.json besides the random states (which
+# load_checkpoint checks). A checkpoint that lacks one is refused, naming it.
+STATE_KEYS = ("step", "epoch", "batch_in_epoch", "tokens", "shuffle_seed", "best_score",
+              "best_step", "bad_validations", "nonfinite_steps", "nonfinite_in_a_row",
+              "grad_scaler", "train_seconds", "fingerprint")
 
 
 class ResumeMismatch(ValueError):
     """A run directory's checkpoint was trained with another config, vocabulary or data."""
+
+
+class ResumeError(ValueError):
+    """A checkpoint lacks part of the state that an exact resume needs."""
+
+
+class TrainingDiverged(RuntimeError):
+    """train.max_nonfinite steps in a row had a non-finite loss or gradient."""
 
 
 def fingerprint(cfg: Config, meta: dict) -> dict:
@@ -218,14 +175,92 @@ def fingerprint_differences(old: dict, new: dict, prefix: str = "") -> list[str]
     return out
 
 
+def new_state(cfg: Config, meta: dict) -> dict:
+    return {"step": 0, "epoch": 0, "batch_in_epoch": 0, "tokens": 0,
+            "shuffle_seed": cfg.train.seed, "best_score": None, "best_step": None,
+            "bad_validations": 0, "nonfinite_steps": 0, "nonfinite_in_a_row": 0,
+            "grad_scaler": {}, "train_seconds": 0.0, "fingerprint": fingerprint(cfg, meta)}
+
+
+def resume(path: Path, model: Transformer, optimizer: torch.optim.Optimizer,
+           scaler: torch.amp.GradScaler, fresh: dict, *, ignore_mismatch: bool) -> dict:
+    """Restore everything from checkpoint `path`, after checking that its state is complete and
+    that it was trained with the same config, vocabulary and data as `fresh`."""
+    saved = read_state(path)
+    missing = [key for key in STATE_KEYS if key not in saved]
+    if missing:
+        raise ResumeError(f"{path / STATE_FILE}: missing {', '.join(missing)}; "
+                          "cannot resume exactly from this checkpoint")
+    differences = fingerprint_differences(saved["fingerprint"], fresh["fingerprint"])
+    if differences and not ignore_mismatch:
+        raise ResumeMismatch(
+            f"cannot resume {path.parent.parent} from {path.name}: " + "; ".join(differences) +
+            " (use another --run-dir, or --ignore-mismatch to resume anyway)")
+    if differences:
+        log.warning("resuming despite differences: %s", "; ".join(differences))
+    state = load_checkpoint(path, model, optimizer)
+    if state["grad_scaler"] and scaler.is_enabled():
+        scaler.load_state_dict(state["grad_scaler"])
+    log.info("resuming from %s (step %d)", path, state["step"])
+    return state | {"fingerprint": fresh["fingerprint"]}
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"train.device={name!r}, but CUDA is not available here")
+    return device
+
+
+def precision(tcfg, device: torch.device) -> contextlib.ExitStack:
+    """Autocast (bf16, or fp16 with the loss scaler) and, on CPU, the attention kernel."""
+    stack = contextlib.ExitStack()
+    stack.enter_context(torch.autocast(device.type, enabled=tcfg.bf16 or tcfg.fp16,
+                                       dtype=torch.float16 if tcfg.fp16 else torch.bfloat16))
+    if device.type == "cpu":
+        # Measured on a 2-core Zen 5, small shape, 4k-token Multi30k batches: the math backend
+        # trains 1.3x faster than the CPU flash kernel in bf16 (3,660 vs 2,830 tok/s), the same
+        # in fp32; the model keeps plain SDPA, the choice is made here.
+        stack.enter_context(sdpa_kernel(SDPBackend.MATH))
+    return stack
+
+
+def apply_update(model: Transformer, optimizer: torch.optim.Optimizer,
+                 scaler: torch.amp.GradScaler, *, clip_norm: float, loss_finite: bool) -> bool:
+    """One optimizer update from the accumulated gradients, unless the loss or the gradient is
+    not finite (then the parameters and Adam's moments stay as they are). Returns whether the
+    update was applied."""
+    scaler.unscale_(optimizer)
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    norm = torch.nn.utils.get_total_norm(grads)
+    applied = loss_finite and bool(torch.isfinite(norm))
+    if applied:
+        if clip_norm > 0:
+            torch.nn.utils.clip_grads_with_norm_(model.parameters(), clip_norm, norm)
+        scaler.step(optimizer)
+    scaler.update()  # fp16: a non-finite gradient lowers the loss scale
+    return applied
+
+
+def first_nonfinite_gradient(model: Transformer) -> str | None:
+    """The first parameter (in definition order) whose gradient has a NaN or an infinity."""
+    for name, p in model.named_parameters():
+        if p.grad is not None and not bool(torch.isfinite(p.grad).all()):
+            return name
+    return None
+
+
 def train(cfg: Config, *, data_dir: Path, run_dir: Path, ignore_mismatch: bool = False) -> dict:
-    """Train on a prepared data directory into run_dir; resume if run_dir has checkpoints
-    (refusing, unless ignore_mismatch, if config, vocabulary or data differ from the
+    """Train on a prepared data directory into run_dir; resume exactly if run_dir has
+    checkpoints (refusing, unless ignore_mismatch, if config, vocabulary or data differ from the
     checkpoint's). Returns the final state."""
     tcfg = cfg.train
     data_dir, run_dir = Path(data_dir), Path(run_dir)
     if tcfg.threads:
         torch.set_num_threads(tcfg.threads)
+    device = resolve_device(tcfg.device)
     vocab = load_vocab(data_dir)
     meta = load_meta(data_dir)
     cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=len(vocab)))
@@ -234,40 +269,35 @@ def train(cfg: Config, *, data_dir: Path, run_dir: Path, ignore_mismatch: bool =
                                     "languages": [meta["src_lang"], meta["tgt_lang"]]}
     (run_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
 
+    random.seed(tcfg.seed)
+    np.random.seed(tcfg.seed)
     torch.manual_seed(tcfg.seed)
     train_data = ParallelData(data_dir, "train")
     valid_data = ParallelData(data_dir, "valid") if (data_dir / "valid.src.txt").exists() else None
-    model = Transformer(cfg.model)
+    model = Transformer(cfg.model).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.0,
                                  betas=(tcfg.adam_beta1, tcfg.adam_beta2), eps=tcfg.adam_eps)
-    state = {"step": 0, "epoch": 0, "batch_in_epoch": 0, "tokens": 0, "best_bleu": None,
-             "train_seconds": 0.0, "fingerprint": fingerprint(cfg, meta)}
+    scaler = torch.amp.GradScaler(device.type, enabled=tcfg.fp16)
+    state = new_state(cfg, meta)
     clean_temporaries(run_dir)
     latest = latest_checkpoint(run_dir)
     if latest is not None:
-        differences = fingerprint_differences(read_state(latest).get("fingerprint", {}),
-                                              state["fingerprint"])
-        if differences and not ignore_mismatch:
-            raise ResumeMismatch(
-                f"cannot resume {run_dir} from {latest.name}: " + "; ".join(differences) +
-                " (use another --run-dir, or --ignore-mismatch to resume anyway)")
-        if differences:
-            log.warning("resuming despite differences: %s", "; ".join(differences))
-        state = load_checkpoint(latest, model, optimizer) | {"fingerprint": state["fingerprint"]}
-        log.info("resuming from %s (step %d)", latest, state["step"])
+        state = resume(latest, model, optimizer, scaler, state, ignore_mismatch=ignore_mismatch)
     model.train()
-    metrics = MetricsLog(run_dir)
+    metrics = MetricsLog(run_dir, resume_step=state["step"] if latest is not None else None)
     progress = Progress(start=state["step"], total=tcfg.max_steps)
     vocab_path = data_dir / VOCAB_FILE
 
     saved_step = state["step"] if latest is not None else None  # the step on disk
 
-    def save() -> None:
+    def save() -> Path:
         nonlocal saved_step
         saved_step = state["step"]
+        state["grad_scaler"] = scaler.state_dict() if scaler.is_enabled() else {}
         path = save_checkpoint(run_dir=run_dir, model=model, optimizer=optimizer, state=state,
                                config=config, vocab_path=vocab_path, keep_last=tcfg.keep_last)
         log.info("saved %s", path)
+        return path
 
     def run_validation() -> None:
         if valid_data is None:
@@ -276,32 +306,35 @@ def train(cfg: Config, *, data_dir: Path, run_dir: Path, ignore_mismatch: bool =
                           eps=tcfg.label_smoothing)
         if tcfg.valid_bleu:
             values |= validation_bleu(model, data_dir, cfg)
-            if state["best_bleu"] is None or values["bleu"] > state["best_bleu"]:
-                state["best_bleu"] = values["bleu"]
-        metrics.write("valid", state["step"], **values)
+        score = values["bleu"] if "bleu" in values else -values["loss"]
+        if state["best_score"] is None or score > state["best_score"]:
+            state["best_score"], state["best_step"], state["bad_validations"] = \
+                score, state["step"], 0
+        else:
+            state["bad_validations"] += 1
+        metrics.write("valid", state["step"], **values, best_step=state["best_step"])
         log.info("validation at step %d: %s", state["step"],
                  {k: round(v, 3) if isinstance(v, float) else v for k, v in values.items()})
 
     started = time.monotonic()
     seconds_before = state["train_seconds"]
     last_save = started
-    window = {"tokens": 0, "loss": 0.0, "nll": 0.0, "start": time.monotonic()}
+    window = {"tokens": 0, "loss_tokens": 0, "loss": 0.0, "nll": 0.0, "start": started}
 
-    def out_of_time() -> bool:
-        return bool(tcfg.max_minutes) and \
-            seconds_before + time.monotonic() - started >= 60 * tcfg.max_minutes
+    def out_of_patience() -> bool:
+        return tcfg.patience > 0 and state["bad_validations"] >= tcfg.patience
 
     def finished() -> bool:
+        out_of_time = bool(tcfg.max_minutes) and \
+            seconds_before + time.monotonic() - started >= 60 * tcfg.max_minutes
         return (tcfg.max_steps > 0 and state["step"] >= tcfg.max_steps) or \
-            (tcfg.max_epochs > 0 and state["epoch"] >= tcfg.max_epochs) or out_of_time()
+            (tcfg.max_epochs > 0 and state["epoch"] >= tcfg.max_epochs) or out_of_time or \
+            out_of_patience()
 
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=tcfg.bf16)
-    # Measured on a 2-core Zen 5, small shape, 4k-token Multi30k batches: the math backend
-    # trains 1.3x faster than the CPU flash kernel in bf16 (3,660 vs 2,830 tok/s), the same in
-    # fp32; the model keeps plain SDPA, the choice is made here.
     while not finished():
         batches = token_batches(train_data.src_lengths, train_data.tgt_lengths,
-                                max_tokens=tcfg.max_tokens, seed=tcfg.seed, epoch=state["epoch"])
+                                max_tokens=tcfg.max_tokens, seed=state["shuffle_seed"],
+                                epoch=state["epoch"])
         while state["batch_in_epoch"] < len(batches) and not finished():
             first = state["batch_in_epoch"]
             group = batches[first : first + tcfg.accumulate]
@@ -310,32 +343,54 @@ def train(cfg: Config, *, data_dir: Path, run_dir: Path, ignore_mismatch: bool =
             for param_group in optimizer.param_groups:
                 param_group["lr"] = lr
             n_target = int(sum(train_data.tgt_lengths[b].sum() for b in group))
-            with sdpa_kernel(SDPBackend.MATH), autocast:
-                loss_total, nll_total = forward_backward(
-                    model, [train_data.collate(b) for b in group], n_target=n_target,
-                    eps=tcfg.label_smoothing)
-            if tcfg.clip_norm > 0:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), tcfg.clip_norm)
-            optimizer.step()
+            tensors = [tuple(t.to(device, non_blocking=True) for t in train_data.collate(b))
+                       for b in group]
+            with precision(tcfg, device):
+                loss_total, nll_total = forward_backward(model, tensors, n_target=n_target,
+                                                         eps=tcfg.label_smoothing, scaler=scaler)
+            loss_finite = math.isfinite(loss_total)
+            applied = apply_update(model, optimizer, scaler, clip_norm=tcfg.clip_norm,
+                                   loss_finite=loss_finite)
+            culprit = None if applied else first_nonfinite_gradient(model)
             optimizer.zero_grad(set_to_none=True)
             state["step"] += 1
             state["batch_in_epoch"] = first + len(group)
             state["tokens"] += n_target
             window["tokens"] += n_target
-            window["loss"] += loss_total
-            window["nll"] += nll_total
+            if applied:
+                state["nonfinite_in_a_row"] = 0
+                window["loss_tokens"] += n_target
+                window["loss"] += loss_total
+                window["nll"] += nll_total
+            else:
+                state["nonfinite_steps"] += 1
+                state["nonfinite_in_a_row"] += 1
+                log.warning("step %d: non-finite %s, update skipped (first non-finite gradient: "
+                            "%s)", state["step"], "gradient" if loss_finite else "loss",
+                            culprit)
+                metrics.write("nonfinite", state["step"], loss=repr(loss_total),
+                              gradient=culprit, in_a_row=state["nonfinite_in_a_row"])
             if state["step"] % tcfg.log_every == 0:
                 now = time.monotonic()
-                # averages per target token over the steps since the last log line
-                values = {"loss": window["loss"] / window["tokens"],
-                          "nll": window["nll"] / window["tokens"], "lr": lr,
+                # averages per target token over the finite steps since the last log line
+                n = max(window["loss_tokens"], 1)
+                values = {"loss": window["loss"] / n, "nll": window["nll"] / n, "lr": lr,
                           "tokens_per_s": window["tokens"] / (now - window["start"]),
-                          "epoch": state["epoch"]}
+                          "epoch": state["epoch"], "nonfinite_steps": state["nonfinite_steps"]}
                 metrics.write("train", state["step"], **values)
                 progress.update(state["step"], loss=values["loss"], lr=lr,
                                 tok_s=round(values["tokens_per_s"]), epoch=state["epoch"])
-                window = {"tokens": 0, "loss": 0.0, "nll": 0.0, "start": now}
+                window = {"tokens": 0, "loss_tokens": 0, "loss": 0.0, "nll": 0.0, "start": now}
             state["train_seconds"] = seconds_before + time.monotonic() - started
+            if state["nonfinite_in_a_row"] >= tcfg.max_nonfinite:
+                path = save()  # the parameters are the last finite ones
+                metrics.close()
+                progress.close()
+                raise TrainingDiverged(
+                    f"{state['nonfinite_in_a_row']} steps in a row (up to step {state['step']}) "
+                    f"had a non-finite loss or gradient (last: {culprit or 'the loss'}); "
+                    f"stopped with checkpoint {path}. Lower train.lr_scale, set "
+                    "train.clip_norm, or use bf16 instead of fp16.")
             if state["step"] % tcfg.valid_every == 0:
                 run_validation()
             minutes_due = tcfg.save_every_minutes and \
@@ -347,6 +402,9 @@ def train(cfg: Config, *, data_dir: Path, run_dir: Path, ignore_mismatch: bool =
             state["epoch"] += 1
             state["batch_in_epoch"] = 0
     progress.close()
+    if out_of_patience():
+        log.info("stopping: no better validation score for %d validations (best at step %s)",
+                 tcfg.patience, state["best_step"])
     state["train_seconds"] = seconds_before + time.monotonic() - started
     if saved_step != state["step"]:
         if state["step"] % tcfg.valid_every:

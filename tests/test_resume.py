@@ -1,0 +1,168 @@
+"""Exact resume: kill -9 chaos, complete state, every example once per epoch, determinism."""
+
+import hashlib
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import REPO
+from transformer_mt import checkpoint as ck
+from transformer_mt.checkpoint import checkpoint_dirs, load_checkpoint, save_checkpoint
+from transformer_mt.config import load_config
+from transformer_mt.data import ParallelData, token_batches
+from transformer_mt.model import Transformer
+from transformer_mt.model_io import ModelLoadError
+from transformer_mt.train import STATE_KEYS, ResumeError, resume, train
+from transformer_mt.translator import Translator
+
+OVERRIDES = ["train.max_tokens=800", "train.warmup_steps=20", "train.log_every=1",
+             "train.valid_every=1000000", "train.valid_bleu=false", "train.save_every=5",
+             "train.keep_last=50", "train.threads=1"]
+
+
+def config(steps: int, *extra: str):
+    return load_config("tiny", [*OVERRIDES, f"train.max_steps={steps}", *extra])
+
+
+def sha256(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_kill9_chaos_resumes_byte_identically(prepared_multi30k, tmp_path):
+    """5 SIGKILLs at random steps, some inside a save: the same final bytes, the same losses,
+    no unloadable checkpoint (scripts/chaos_kill9.py; its 20-kill run is in benchmarks/results)."""
+    report_path = tmp_path / "report.json"
+    subprocess.run([sys.executable, str(REPO / "scripts" / "chaos_kill9.py"), "--data",
+                    str(prepared_multi30k), "--work", str(tmp_path / "work"), "--kills", "5",
+                    "--steps", "120", "--seed", "3", "--json", str(report_path)],
+                   check=False, capture_output=True, timeout=600)
+    report = json.loads(report_path.read_text())
+    assert report["kills"] == 5
+    assert report["kills_inside_a_save"] >= 1
+    assert report["reference"] == report["interrupted"]
+    assert report["losses_identical"] and report["unloadable_checkpoints"] == 0
+    assert report["passed"]
+
+
+@pytest.fixture(scope="module")
+def short_run(prepared_multi30k, tmp_path_factory):
+    run = tmp_path_factory.mktemp("short") / "run"
+    train(config(10, "model.dropout=0.1"), data_dir=prepared_multi30k, run_dir=run)
+    return run
+
+
+def fresh_model_and_optimizer(path):
+    cfg = json.loads((path / ck.CONFIG_FILE).read_text())
+    model = Transformer(load_config("tiny", [f"model.vocab_size={cfg['model']['vocab_size']}",
+                                              "model.dropout=0.1"]).model)
+    return model, torch.optim.Adam(model.parameters())
+
+
+def test_save_load_save_is_identical(short_run, tmp_path):
+    path = checkpoint_dirs(short_run)[-1]
+    model, optimizer = fresh_model_and_optimizer(path)
+    state = load_checkpoint(path, model, optimizer)
+    config = json.loads((path / ck.CONFIG_FILE).read_text())
+    again = save_checkpoint(run_dir=tmp_path, model=model, optimizer=optimizer, state=state,
+                            config=config, vocab_path=path / ck.VOCAB_FILE, keep_last=1)
+    for name in (ck.WEIGHTS_FILE, ck.OPTIMIZER_FILE, ck.STATE_FILE, ck.CONFIG_FILE):
+        assert sha256(again / name) == sha256(path / name), name
+
+
+def rewrite_state(path, drop: str) -> None:
+    """Remove one key from state.json and re-sign the manifest, as a buggy writer would."""
+    state = json.loads((path / ck.STATE_FILE).read_text())
+    del state[drop]
+    (path / ck.STATE_FILE).write_text(json.dumps(state))
+    names = sorted(p.name for p in path.iterdir() if p.name != ck.MANIFEST_FILE)
+    (path / ck.MANIFEST_FILE).write_text(
+        "".join(f"{sha256(path / n)}  {n}\n" for n in names))
+
+
+@pytest.mark.parametrize("key", [*STATE_KEYS, "rng"])
+def test_a_state_without_any_key_is_refused_naming_it(short_run, tmp_path, key):
+    import shutil
+
+    path = tmp_path / "step"
+    shutil.copytree(checkpoint_dirs(short_run)[-1], path)
+    rewrite_state(path, key)
+    assert ck.manifest_problem(path) is None
+    model, optimizer = fresh_model_and_optimizer(path)
+    scaler = torch.amp.GradScaler("cpu", enabled=False)
+    fresh = {"fingerprint": json.loads((path / ck.STATE_FILE).read_text()).get("fingerprint")}
+    with pytest.raises((ResumeError, ModelLoadError), match=f"'?{key}'?"):
+        resume(path, model, optimizer, scaler, fresh, ignore_mismatch=True)
+
+
+class Recorder:
+    """Wraps ParallelData.collate to record the sentence indices of every batch trained on."""
+
+    def __init__(self, monkeypatch):
+        self.batches: list[list[int]] = []
+        original = ParallelData.collate
+        recorder = self
+
+        def collate(data, indices):
+            if data.split == "train":
+                recorder.batches.append(sorted(int(i) for i in indices))
+            return original(data, indices)
+
+        monkeypatch.setattr(ParallelData, "collate", collate)
+
+
+def test_interrupted_runs_see_every_example_once_per_epoch(prepared_multi30k, tmp_path,
+                                                           monkeypatch):
+    recorder = Recorder(monkeypatch)
+    steps = 40  # over 2 epochs of 400 pairs in ~800-token batches
+    train(config(steps), data_dir=prepared_multi30k, run_dir=tmp_path / "straight")
+    straight = recorder.batches[:]
+    recorder.batches.clear()
+
+    class Crash(Exception):
+        pass
+
+    original = ParallelData.collate
+    calls = {"n": 0}
+
+    def crashing(data, indices):  # dies after 13 and then 29 batches: mid-epoch, unsaved work
+        calls["n"] += 1
+        if calls["n"] in (14, 14 + 17):
+            raise Crash
+        return original(data, indices)
+
+    monkeypatch.setattr(ParallelData, "collate", crashing)
+    legs = []
+    for _ in range(3):
+        before = len(recorder.batches)
+        try:
+            train(config(steps), data_dir=prepared_multi30k, run_dir=tmp_path / "cut")
+        except Crash:
+            pass
+        legs.append(recorder.batches[before:])
+    # each leg restarts from the last checkpoint (every 5 steps): replay from there
+    sequence = legs[0][:10] + legs[1][:15] + legs[2]
+    assert sequence == straight
+    data = ParallelData(prepared_multi30k, "train")
+    n_sentences, start = len(data.src_lengths), 0
+    for epoch in range(2):  # both epochs of the run (40 steps > 2 epochs)
+        n_batches = len(token_batches(data.src_lengths, data.tgt_lengths, max_tokens=800,
+                                      seed=1, epoch=epoch))
+        seen = [i for batch in straight[start : start + n_batches] for i in batch]
+        assert sorted(seen) == list(range(n_sentences)), f"epoch {epoch}"
+        start += n_batches
+    assert start <= steps
+
+
+def test_same_seed_same_bytes_and_translations(prepared_multi30k, tmp_path):
+    runs = [tmp_path / "a", tmp_path / "b"]
+    for run in runs:
+        train(config(12, "model.dropout=0.1"), data_dir=prepared_multi30k, run_dir=run)
+    last = [checkpoint_dirs(run)[-1] for run in runs]
+    assert sha256(last[0] / ck.WEIGHTS_FILE) == sha256(last[1] / ck.WEIGHTS_FILE)
+    assert sha256(last[0] / ck.OPTIMIZER_FILE) == sha256(last[1] / ck.OPTIMIZER_FILE)
+    sources = (prepared_multi30k / "valid.src.txt").read_text().splitlines()[:10]
+    outputs = [Translator.from_dir(p, max_length_offset=5).translate(sources) for p in last]
+    assert outputs[0] == outputs[1]
