@@ -1,0 +1,107 @@
+"""Non-finite losses and gradients: the update is skipped (parameters and Adam moments stay),
+the step and the first parameter with a non-finite gradient are logged and counted, and
+train.max_nonfinite in a row stop the run with a valid checkpoint of the last finite parameters."""
+
+import pytest
+import torch
+
+from transformer_mt import checkpoint as ck
+from transformer_mt import train as train_module
+from transformer_mt.checkpoint import checkpoint_dirs, manifest_problem
+from transformer_mt.cli import main
+from transformer_mt.config import load_config
+from transformer_mt.metrics import read_metrics
+from transformer_mt.model import Transformer
+from transformer_mt.model_io import read_weights
+from transformer_mt.train import TrainingDiverged, train
+
+OVERRIDES = ["train.max_tokens=800", "train.warmup_steps=20", "train.log_every=1",
+             "train.valid_every=1000000", "train.valid_bleu=false", "train.save_every=1",
+             "train.keep_last=100", "train.threads=1", "train.max_nonfinite=3"]
+POISONED = "decoder.layers.0.ff.w_1.weight"
+
+
+def poison(monkeypatch, steps: set[int], *, where: str):
+    """Make step s (s in steps) produce a NaN gradient in POISONED ("grad") or NaN logits
+    ("loss")."""
+    calls = {"n": 0}
+
+    class Poisoned(Transformer):
+        def __init__(self, cfg):
+            super().__init__(cfg)
+            param = dict(self.named_parameters())[POISONED]
+            param.register_hook(
+                lambda g: g * float("nan") if where == "grad" and calls["n"] in steps else g)
+
+        def forward(self, src, tgt):
+            calls["n"] += 1
+            logits = super().forward(src, tgt)
+            return logits * float("nan") if where == "loss" and calls["n"] in steps else logits
+
+    monkeypatch.setattr(train_module, "Transformer", Poisoned)
+
+
+def weights(run, step):
+    return read_weights(run / "checkpoints" / f"step_{step:08d}" / ck.WEIGHTS_FILE)
+
+
+def moments(run, step):
+    tensors = read_weights(run / "checkpoints" / f"step_{step:08d}" / ck.OPTIMIZER_FILE)
+    return {k: v for k, v in tensors.items() if not k.startswith("rng.")}
+
+
+def same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_nonfinite_gradient_skips_the_update_and_is_logged(prepared_multi30k, tmp_path,
+                                                           monkeypatch):
+    poison(monkeypatch, {3, 6}, where="grad")
+    run = tmp_path / "run"
+    state = train(load_config("tiny", [*OVERRIDES, "train.max_steps=8"]),
+                  data_dir=prepared_multi30k, run_dir=run)
+    assert state["step"] == 8 and state["nonfinite_steps"] == 2
+    for bad in (3, 6):  # nothing moved at the poisoned steps, everything at the others
+        assert same(weights(run, bad - 1), weights(run, bad))
+        assert same(moments(run, bad - 1), moments(run, bad))
+        assert not same(weights(run, bad), weights(run, bad + 1))
+    records = read_metrics(run)
+    events = [r for r in records if r["kind"] == "nonfinite"]
+    assert [(r["step"], r["gradient"]) for r in events] == [(3, POISONED), (6, POISONED)]
+    counts = {r["step"]: r["nonfinite_steps"] for r in records if r["kind"] == "train"}
+    assert counts[2] == 0 and counts[3] == 1 and counts[5] == 1 and counts[8] == 2
+    assert all(r["loss"] == r["loss"] for r in records if r["kind"] == "train")  # no NaN
+
+
+def test_consecutive_nonfinite_losses_stop_with_a_valid_checkpoint(prepared_multi30k, tmp_path,
+                                                                   monkeypatch):
+    poison(monkeypatch, set(range(4, 100)), where="loss")
+    run = tmp_path / "run"
+    with pytest.raises(TrainingDiverged, match="3 steps in a row"):
+        train(load_config("tiny", [*OVERRIDES, "train.max_steps=50"]),
+              data_dir=prepared_multi30k, run_dir=run)
+    last = checkpoint_dirs(run)[-1]
+    assert last.name == "step_00000006" and manifest_problem(last) is None
+    assert same(weights(run, 3), weights(run, 6))  # the last finite parameters
+    assert all(torch.isfinite(t).all() for t in weights(run, 6).values())
+
+
+def test_cli_reports_a_diverged_run(prepared_multi30k, tmp_path, monkeypatch, capsys):
+    poison(monkeypatch, set(range(1, 100)), where="loss")
+    args = ["train", "--config", "tiny", "--data", str(prepared_multi30k), "--run-dir",
+            str(tmp_path / "run"), *(f"--{o}" for o in OVERRIDES), "--train.max_steps=20"]
+    assert main(args) == 3
+    err = capsys.readouterr().err
+    assert "3 steps in a row" in err and "step_00000003" in err
+
+
+def test_patience_stops_after_validations_without_improvement(prepared_multi30k, tmp_path,
+                                                              monkeypatch):
+    losses = iter([3.0, 2.5, 2.6, 2.7, 2.4, 2.3])
+    monkeypatch.setattr(train_module, "validate",
+                        lambda *a, **k: {"loss": next(losses), "nll": 0.0, "ppl": 1.0})
+    overrides = [*OVERRIDES, "train.valid_every=2", "train.patience=2", "train.max_steps=100"]
+    state = train(load_config("tiny", overrides), data_dir=prepared_multi30k,
+                  run_dir=tmp_path / "run")
+    assert (state["step"], state["best_step"], state["bad_validations"]) == (8, 4, 2)
+    assert state["best_score"] == -2.5
