@@ -1,4 +1,4 @@
-"""`python -m transformer_mt ...` (and `torchrun -m transformer_mt train ...`) = `transformer-mt`."""
+"""`python -m transformer_mt ...` (and `torchrun -m transformer_mt train ...`): the CLI."""
 
 import sys
 

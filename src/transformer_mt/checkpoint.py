@@ -34,6 +34,8 @@ from .model_io import (
     WEIGHTS_FILE,
     ModelLoadError,
     assign_weights,
+    check_weights,
+    load_config_json,
     read_weights,
     unique_state_dict,
 )
@@ -222,6 +224,7 @@ def average_checkpoints(paths: list[Path], out_dir: Path) -> Path:
     total: dict[str, torch.Tensor] = {}
     for path in paths:
         state = read_weights(path / WEIGHTS_FILE)
+        check_weights(load_config_json(path / CONFIG_FILE)[0], state, path / WEIGHTS_FILE)
         if total and state.keys() != total.keys():
             raise ModelLoadError(f"{path / WEIGHTS_FILE}: tensors differ from {paths[0]}")
         for name, tensor in state.items():

@@ -3,7 +3,8 @@ decoding config) and `sentencepiece.model` (the vocabulary) beside them.
 
 Nothing is pickled and loading never executes code: weights are read only with safetensors, the
 config only with json. A wrong or damaged file raises `ModelLoadError` naming the file and the
-reason, before large allocations.
+reason, before large allocations. The one audited exception is `read_foreign_weights`, for other
+toolkits' PyTorch `.bin`/`.pt` files: `torch.load(weights_only=True)` and no fallback.
 """
 
 from __future__ import annotations
@@ -36,9 +37,9 @@ def unique_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """State dict with each tied tensor once, under its first name."""
     seen: set[int] = set()
     state = {}
-    for name, tensor in model.state_dict().items():
-        if tensor.data_ptr() not in seen:
-            seen.add(tensor.data_ptr())
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        if id(tensor) not in seen:
+            seen.add(id(tensor))
             state[name] = tensor.detach().contiguous()
     return state
 
@@ -98,14 +99,13 @@ def check_safetensors_header(path: Path) -> None:
             head = f.read(8)
     except OSError as err:
         raise ModelLoadError(f"{path}: cannot read: {err.strerror}") from None
-    if head[:1] == b"\x80" or head[:2] == b"PK":
-        raise ModelLoadError(
-            f"{path}: looks like a pickle or torch.save archive; only safetensors is accepted"
-        )
     if len(head) < 8:
         raise ModelLoadError(f"{path}: truncated ({size} bytes), not a safetensors file")
     (header_len,) = struct.unpack("<Q", head)
     if header_len > MAX_HEADER_BYTES or header_len > size - 8:
+        if head[:1] == b"\x80" or head[:2] == b"PK":  # pickle protocol 2+, torch.save zip
+            raise ModelLoadError(
+                f"{path}: looks like a pickle or torch.save archive; only safetensors is accepted")
         raise ModelLoadError(
             f"{path}: header length {header_len} does not fit in a file of {size} bytes "
             "(truncated or not safetensors)"
@@ -121,9 +121,36 @@ def read_weights(path: Path) -> dict[str, torch.Tensor]:
         raise ModelLoadError(f"{path}: damaged safetensors file: {err}") from None
 
 
-def assign_weights(model: Transformer, state: dict[str, torch.Tensor], path: Path) -> None:
-    """Copy `state` (read from `path`) into `model`, requiring exactly its tensors and shapes."""
-    expected = unique_state_dict(model)
+FOREIGN_SUFFIXES = (".bin", ".pt", ".pth")
+
+
+def read_foreign_weights(path: str | Path) -> dict[str, torch.Tensor]:
+    """A flat name -> tensor mapping from another toolkit's weights file: safetensors, or a
+    PyTorch `.bin`/`.pt`/`.pth` state dict. The only unpickling in the package:
+    torch's restricted `weights_only` unpickler (no arbitrary globals, so no code runs), with no
+    fallback to a full unpickle. Anything but a flat dict of tensors is refused."""
+    path = Path(path)
+    if path.suffix == ".safetensors":
+        return read_weights(path)
+    if path.suffix not in FOREIGN_SUFFIXES:
+        raise ModelLoadError(f"{path}: expected .safetensors or one of {FOREIGN_SUFFIXES}")
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - whatever the unpickler refuses, we refuse
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise ModelLoadError(f"{path}: refused by torch.load(weights_only=True): {reason}") \
+            from None
+    if not isinstance(obj, dict) or not all(
+            isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in obj.items()):
+        raise ModelLoadError(f"{path}: not a flat mapping of names to tensors")
+    return obj
+
+
+def check_weights(cfg: ModelConfig, state: dict[str, torch.Tensor], path: Path) -> None:
+    """Require exactly the tensors, shapes and floating-point dtypes of a model with config
+    `cfg` (built on the meta device: nothing is allocated)."""
+    with torch.device("meta"):
+        expected = unique_state_dict(Transformer(cfg))
     missing = sorted(expected.keys() - state.keys())
     unexpected = sorted(state.keys() - expected.keys())
     if missing or unexpected:
@@ -138,6 +165,11 @@ def assign_weights(model: Transformer, state: dict[str, torch.Tensor], path: Pat
                 f"{path}: tensor '{name}' is {tuple(tensor.shape)} {tensor.dtype}, "
                 f"expected {tuple(want.shape)} floating point"
             )
+
+
+def assign_weights(model: Transformer, state: dict[str, torch.Tensor], path: Path) -> None:
+    """Copy `state` (read from `path`) into `model`, requiring exactly its tensors and shapes."""
+    check_weights(model.cfg, state, path)
     model.load_state_dict(state, strict=False)  # tied aliases are filled through the tie
 
 
