@@ -70,11 +70,13 @@ def test_gradient_accumulation_equals_one_large_batch():
     a, b = batch(0, [5, 3]), batch(10, [7, 6, 2])
     n_target = int(a[2].ne(0).sum() + b[2].ne(0).sum())
     split_model, whole_model = tiny_model(), tiny_model()
-    loss_split, _ = forward_backward(split_model, [a, b], n_target=n_target, eps=0.1)
+    loss_split, _ = forward_backward(split_model, [a, b], scale=1 / n_target, eps=0.1,
+                                     pad_id=0)
     width = 7
     pad = lambda t: F.pad(t, (0, width - t.size(1)))
     whole = tuple(torch.cat([pad(x), pad(y)]) for x, y in zip(a, b, strict=True))
-    loss_whole, _ = forward_backward(whole_model, [whole], n_target=n_target, eps=0.1)
+    loss_whole, _ = forward_backward(whole_model, [whole], scale=1 / n_target, eps=0.1,
+                                     pad_id=0)
     assert loss_split == pytest.approx(loss_whole, rel=1e-5)
     for (name, p), q in zip(split_model.named_parameters(), whole_model.parameters(),
                             strict=True):

@@ -149,8 +149,10 @@ def load_optimizer_tensors(model: Transformer, optimizer: torch.optim.Adam,
 
 
 def save_checkpoint(*, run_dir: Path, model: Transformer, optimizer: torch.optim.Adam,
-                    state: dict, config: dict, vocab_path: Path, keep_last: int) -> Path:
+                    state: dict, config: dict, vocab_path: Path, keep_last: int,
+                    extra_tensors: dict[str, torch.Tensor] | None = None) -> Path:
     """Write checkpoint `state["step"]` with the protocol above, then prune to keep_last.
+    `extra_tensors` go into optimizer.safetensors too (the other ranks' random states).
     On any OS error (disk full, I/O error) the temporary is removed, earlier checkpoints are
     untouched, and CheckpointError names the path."""
     root = Path(run_dir) / "checkpoints"
@@ -163,7 +165,8 @@ def save_checkpoint(*, run_dir: Path, model: Transformer, optimizer: torch.optim
         weights = {k: v.cpu() for k, v in unique_state_dict(model).items()}
         save_file(weights, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
         rng_json, rng_tensors = rng_state.capture()
-        save_file(optimizer_tensors(model, optimizer) | rng_tensors, str(tmp / OPTIMIZER_FILE))
+        save_file(optimizer_tensors(model, optimizer) | rng_tensors | (extra_tensors or {}),
+                  str(tmp / OPTIMIZER_FILE))
         state = state | {"rng": rng_json}
         (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
         shutil.copyfile(vocab_path, tmp / VOCAB_FILE)

@@ -47,10 +47,15 @@ def truncate_metrics(run_dir: Path, step: int) -> None:
 
 class MetricsLog:
     """Metrics to a JSONL file and TensorBoard. `resume_step`: the step of the checkpoint a run
-    resumes from; records after it are dropped from both."""
+    resumes from; records after it are dropped from both. Disabled: writes nothing (the ranks
+    of a distributed run other than 0)."""
 
-    def __init__(self, run_dir: Path, *, resume_step: int | None = None):
+    def __init__(self, run_dir: Path, *, resume_step: int | None = None, enabled: bool = True):
         self.path = Path(run_dir) / METRICS_FILE
+        self.enabled = enabled
+        self.writer = None
+        if not enabled:
+            return
         if resume_step is not None:
             truncate_metrics(run_dir, resume_step)
         try:
@@ -64,6 +69,8 @@ class MetricsLog:
             self.writer = None
 
     def write(self, kind: str, step: int, **values) -> None:
+        if not self.enabled:
+            return
         record = {"kind": kind, "step": step, "time": round(time.time(), 3), **values}
         with self.path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")

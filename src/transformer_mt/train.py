@@ -15,10 +15,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.parallel import DistributedDataParallel
 
 from .checkpoint import (
+    OPTIMIZER_FILE,
     STATE_FILE,
     clean_temporaries,
     latest_checkpoint,
@@ -28,9 +30,11 @@ from .checkpoint import (
 )
 from .config import Config, config_to_dict
 from .data import VOCAB_FILE, ParallelData, load_meta, load_vocab, token_batches
+from .distributed import World, all_sum, any_rank, gather_rng, init_world, shutdown
 from .evaluate import sacrebleu_scores
 from .metrics import MetricsLog, plot_curves
 from .model import Transformer
+from .model_io import read_weights
 from .translator import Translator
 
 log = logging.getLogger(__name__)
@@ -55,19 +59,26 @@ def label_smoothed_nll(logits_NV: Tensor, target_N: Tensor, *, eps: float, pad_i
     return loss_N[keep_N].sum(), nll_N[keep_N].sum(), int(keep_N.sum())
 
 
-def forward_backward(model: Transformer, batches: list[tuple[Tensor, Tensor, Tensor]], *,
-                     n_target: int, eps: float, scaler: torch.amp.GradScaler | None = None
-                     ) -> tuple[float, float]:
-    """Accumulate the gradients of several batches (src, tgt_in, tgt_out), the loss normalised
-    by n_target, their total number of target tokens, so that accumulation equals one large
-    batch (the fp16 `scaler` scales it). Returns the summed smoothed loss and NLL."""
+def forward_backward(model: nn.Module, batches: list[tuple[Tensor, Tensor, Tensor]], *,
+                     scale: float, eps: float, pad_id: int,
+                     scaler: torch.amp.GradScaler | None = None) -> tuple[float, float]:
+    """Accumulate the gradients of several batches (src, tgt_in, tgt_out) of the summed loss
+    times `scale`: 1 / (target tokens of the whole update), so that accumulation equals one
+    large batch (times the world size under DistributedDataParallel, which averages; 0 for a
+    rank with no batch of its own). The fp16 `scaler` scales the loss further. With DDP the
+    gradients are summed across ranks at the last batch only. Returns the summed smoothed loss
+    and NLL."""
     loss_total = nll_total = 0.0
-    for src, tgt_in, tgt_out in batches:
-        logits = model(src, tgt_in)
-        loss, nll, _ = label_smoothed_nll(logits.flatten(0, 1), tgt_out.flatten(), eps=eps,
-                                          pad_id=model.cfg.pad_id)
-        scaled = loss / n_target
-        (scaler.scale(scaled) if scaler is not None else scaled).backward()
+    for i, (src, tgt_in, tgt_out) in enumerate(batches):
+        last = i == len(batches) - 1
+        sync = model.no_sync() if hasattr(model, "no_sync") and not last else \
+            contextlib.nullcontext()
+        with sync:
+            logits = model(src, tgt_in)
+            loss, nll, _ = label_smoothed_nll(logits.flatten(0, 1), tgt_out.flatten(), eps=eps,
+                                              pad_id=pad_id)
+            scaled = loss * scale
+            (scaler.scale(scaled) if scaler is not None else scaled).backward()
         loss_total, nll_total = loss_total + loss.item(), nll_total + nll.item()
     return loss_total, nll_total
 
@@ -107,9 +118,10 @@ def validation_bleu(model: Transformer, data_dir: Path, cfg: Config) -> dict:
 class Progress:
     """A progress bar on a terminal, a log line every log_every steps elsewhere."""
 
-    def __init__(self, *, start: int, total: int):
+    def __init__(self, *, start: int, total: int, enabled: bool = True):
         self.bar = None
-        if sys.stderr.isatty():
+        self.enabled = enabled
+        if enabled and sys.stderr.isatty():
             from tqdm import tqdm
 
             self.bar = tqdm(initial=start, total=total or None, unit="step", dynamic_ncols=True)
@@ -120,7 +132,7 @@ class Progress:
         if self.bar is not None:
             self.bar.n = step
             self.bar.set_postfix_str(text)
-        else:
+        elif self.enabled:
             log.info("step %d: %s", step, text)
 
     def close(self) -> None:
@@ -138,7 +150,10 @@ RESUMABLE_TRAIN_KEYS = {"max_steps", "max_epochs", "max_minutes", "log_every", "
 # load_checkpoint checks). A checkpoint that lacks one is refused, naming it.
 STATE_KEYS = ("step", "epoch", "batch_in_epoch", "tokens", "shuffle_seed", "best_score",
               "best_step", "bad_validations", "nonfinite_steps", "nonfinite_in_a_row",
-              "grad_scaler", "train_seconds", "fingerprint")
+              "grad_scaler", "world_size", "train_seconds", "fingerprint")
+
+
+SINGLE_PROCESS = World()
 
 
 class ResumeMismatch(ValueError):
@@ -175,22 +190,28 @@ def fingerprint_differences(old: dict, new: dict, prefix: str = "") -> list[str]
     return out
 
 
-def new_state(cfg: Config, meta: dict) -> dict:
+def new_state(cfg: Config, meta: dict, world: World) -> dict:
     return {"step": 0, "epoch": 0, "batch_in_epoch": 0, "tokens": 0,
             "shuffle_seed": cfg.train.seed, "best_score": None, "best_step": None,
             "bad_validations": 0, "nonfinite_steps": 0, "nonfinite_in_a_row": 0,
-            "grad_scaler": {}, "train_seconds": 0.0, "fingerprint": fingerprint(cfg, meta)}
+            "grad_scaler": {}, "world_size": world.size, "train_seconds": 0.0,
+            "fingerprint": fingerprint(cfg, meta)}
 
 
 def resume(path: Path, model: Transformer, optimizer: torch.optim.Optimizer,
-           scaler: torch.amp.GradScaler, fresh: dict, *, ignore_mismatch: bool) -> dict:
+           scaler: torch.amp.GradScaler, fresh: dict, *, ignore_mismatch: bool,
+           world: World = SINGLE_PROCESS) -> dict:
     """Restore everything from checkpoint `path`, after checking that its state is complete and
-    that it was trained with the same config, vocabulary and data as `fresh`."""
+    that it was trained with the same config, vocabulary, data and world size as `fresh`."""
     saved = read_state(path)
     missing = [key for key in STATE_KEYS if key not in saved]
     if missing:
         raise ResumeError(f"{path / STATE_FILE}: missing {', '.join(missing)}; "
                           "cannot resume exactly from this checkpoint")
+    if saved["world_size"] != world.size:
+        raise ResumeMismatch(f"{path} was trained by {saved['world_size']} processes, this run "
+                             f"has {world.size}: resume with the same torchrun --nproc-per-node "
+                             "and --nnodes")
     differences = fingerprint_differences(saved["fingerprint"], fresh["fingerprint"])
     if differences and not ignore_mismatch:
         raise ResumeMismatch(
@@ -199,19 +220,12 @@ def resume(path: Path, model: Transformer, optimizer: torch.optim.Optimizer,
     if differences:
         log.warning("resuming despite differences: %s", "; ".join(differences))
     state = load_checkpoint(path, model, optimizer)
+    if world.rank > 0:  # rank 0's generators were restored above; this rank's own:
+        torch.set_rng_state(read_weights(path / OPTIMIZER_FILE)[f"rng.torch.rank{world.rank}"])
     if state["grad_scaler"] and scaler.is_enabled():
         scaler.load_state_dict(state["grad_scaler"])
     log.info("resuming from %s (step %d)", path, state["step"])
     return state | {"fingerprint": fresh["fingerprint"]}
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"train.device={name!r}, but CUDA is not available here")
-    return device
 
 
 def precision(tcfg, device: torch.device) -> contextlib.ExitStack:
@@ -255,52 +269,74 @@ def first_nonfinite_gradient(model: Transformer) -> str | None:
 def train(cfg: Config, *, data_dir: Path, run_dir: Path, ignore_mismatch: bool = False) -> dict:
     """Train on a prepared data directory into run_dir; resume exactly if run_dir has
     checkpoints (refusing, unless ignore_mismatch, if config, vocabulary or data differ from the
-    checkpoint's). Returns the final state."""
+    checkpoint's). Under torchrun, one process per device (distributed.py). Returns the final
+    state."""
     tcfg = cfg.train
     data_dir, run_dir = Path(data_dir), Path(run_dir)
     if tcfg.threads:
         torch.set_num_threads(tcfg.threads)
-    device = resolve_device(tcfg.device)
+    world, device = init_world(tcfg.device)
+    try:
+        return _train(cfg, data_dir, run_dir, ignore_mismatch, world, device)
+    finally:
+        shutdown(world)
+
+
+def _train(cfg: Config, data_dir: Path, run_dir: Path, ignore_mismatch: bool, world: World,
+           device: torch.device) -> dict:
+    tcfg = cfg.train
     vocab = load_vocab(data_dir)
     meta = load_meta(data_dir)
     cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, vocab_size=len(vocab)))
-    run_dir.mkdir(parents=True, exist_ok=True)
     config = config_to_dict(cfg) | {"data_dir": str(data_dir),
                                     "languages": [meta["src_lang"], meta["tgt_lang"]]}
-    (run_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    if world.is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n",
+                                             encoding="utf-8")
 
     random.seed(tcfg.seed)
     np.random.seed(tcfg.seed)
-    torch.manual_seed(tcfg.seed)
+    torch.manual_seed(tcfg.seed + world.rank)  # the same initial weights are broadcast by DDP
     train_data = ParallelData(data_dir, "train")
     valid_data = ParallelData(data_dir, "valid") if (data_dir / "valid.src.txt").exists() else None
     model = Transformer(cfg.model).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.0,
                                  betas=(tcfg.adam_beta1, tcfg.adam_beta2), eps=tcfg.adam_eps)
     scaler = torch.amp.GradScaler(device.type, enabled=tcfg.fp16)
-    state = new_state(cfg, meta)
-    clean_temporaries(run_dir)
+    state = new_state(cfg, meta, world)
+    if world.is_main:
+        clean_temporaries(run_dir)
     latest = latest_checkpoint(run_dir)
     if latest is not None:
-        state = resume(latest, model, optimizer, scaler, state, ignore_mismatch=ignore_mismatch)
+        state = resume(latest, model, optimizer, scaler, state, ignore_mismatch=ignore_mismatch,
+                       world=world)
+    net = model if world.size == 1 else DistributedDataParallel(
+        model, device_ids=[device.index] if device.type == "cuda" else None)
     model.train()
-    metrics = MetricsLog(run_dir, resume_step=state["step"] if latest is not None else None)
-    progress = Progress(start=state["step"], total=tcfg.max_steps)
+    metrics = MetricsLog(run_dir, resume_step=state["step"] if latest is not None else None,
+                         enabled=world.is_main)
+    progress = Progress(start=state["step"], total=tcfg.max_steps, enabled=world.is_main)
     vocab_path = data_dir / VOCAB_FILE
 
     saved_step = state["step"] if latest is not None else None  # the step on disk
 
     def save() -> Path:
+        """Collective: every rank's random state goes to rank 0, which writes."""
         nonlocal saved_step
         saved_step = state["step"]
         state["grad_scaler"] = scaler.state_dict() if scaler.is_enabled() else {}
-        path = save_checkpoint(run_dir=run_dir, model=model, optimizer=optimizer, state=state,
-                               config=config, vocab_path=vocab_path, keep_last=tcfg.keep_last)
-        log.info("saved %s", path)
+        other_ranks_rng = gather_rng(world, device)
+        path = run_dir / "checkpoints" / f"step_{state['step']:08d}"
+        if world.is_main:
+            path = save_checkpoint(run_dir=run_dir, model=model, optimizer=optimizer,
+                                   state=state, config=config, vocab_path=vocab_path,
+                                   keep_last=tcfg.keep_last, extra_tensors=other_ranks_rng)
+            log.info("saved %s", path)
         return path
 
     def run_validation() -> None:
-        if valid_data is None:
+        if valid_data is None or not world.is_main:
             return
         values = validate(model, valid_data, max_tokens=tcfg.max_tokens,
                           eps=tcfg.label_smoothing)
@@ -324,30 +360,45 @@ def train(cfg: Config, *, data_dir: Path, run_dir: Path, ignore_mismatch: bool =
     def out_of_patience() -> bool:
         return tcfg.patience > 0 and state["bad_validations"] >= tcfg.patience
 
-    def finished() -> bool:
-        out_of_time = bool(tcfg.max_minutes) and \
-            seconds_before + time.monotonic() - started >= 60 * tcfg.max_minutes
+    def out_of_budget() -> bool:
         return (tcfg.max_steps > 0 and state["step"] >= tcfg.max_steps) or \
-            (tcfg.max_epochs > 0 and state["epoch"] >= tcfg.max_epochs) or out_of_time or \
-            out_of_patience()
+            (tcfg.max_epochs > 0 and state["epoch"] >= tcfg.max_epochs)
 
-    while not finished():
+    def stop_and_save_due() -> tuple[bool, bool]:
+        """Clock- and validation-based decisions, agreed by all ranks."""
+        now = time.monotonic()
+        out_of_time = bool(tcfg.max_minutes) and \
+            seconds_before + now - started >= 60 * tcfg.max_minutes
+        minutes_due = bool(tcfg.save_every_minutes) and \
+            now - last_save >= 60 * tcfg.save_every_minutes
+        stop, due = any_rank([out_of_time or out_of_patience(), minutes_due], world, device)
+        return stop, due
+
+    stop = out_of_budget() or stop_and_save_due()[0]
+    while not stop:
         batches = token_batches(train_data.src_lengths, train_data.tgt_lengths,
                                 max_tokens=tcfg.max_tokens, seed=state["shuffle_seed"],
                                 epoch=state["epoch"])
-        while state["batch_in_epoch"] < len(batches) and not finished():
+        while state["batch_in_epoch"] < len(batches) and not stop:
             first = state["batch_in_epoch"]
-            group = batches[first : first + tcfg.accumulate]
+            group = batches[first : first + tcfg.accumulate * world.size]
             lr = noam_lr(state["step"] + 1, d_model=cfg.model.d_model,
                          warmup_steps=tcfg.warmup_steps, scale=tcfg.lr_scale)
             for param_group in optimizer.param_groups:
                 param_group["lr"] = lr
             n_target = int(sum(train_data.tgt_lengths[b].sum() for b in group))
+            # this rank's share; a rank left without one (end of epoch) adds zero gradient
+            mine = group[world.rank :: world.size]
+            scale = world.size / n_target if mine else 0.0
             tensors = [tuple(t.to(device, non_blocking=True) for t in train_data.collate(b))
-                       for b in group]
+                       for b in (mine or group[:1])]
             with precision(tcfg, device):
-                loss_total, nll_total = forward_backward(model, tensors, n_target=n_target,
-                                                         eps=tcfg.label_smoothing, scaler=scaler)
+                loss_local, nll_local = forward_backward(
+                    net, tensors, scale=scale, eps=tcfg.label_smoothing,
+                    pad_id=cfg.model.pad_id, scaler=scaler)
+            if not mine:
+                loss_local = nll_local = 0.0
+            loss_total, nll_total = all_sum([loss_local, nll_local], world, device)
             loss_finite = math.isfinite(loss_total)
             applied = apply_update(model, optimizer, scaler, clip_norm=tcfg.clip_norm,
                                    loss_finite=loss_finite)
@@ -365,9 +416,10 @@ def train(cfg: Config, *, data_dir: Path, run_dir: Path, ignore_mismatch: bool =
             else:
                 state["nonfinite_steps"] += 1
                 state["nonfinite_in_a_row"] += 1
-                log.warning("step %d: non-finite %s, update skipped (first non-finite gradient: "
-                            "%s)", state["step"], "gradient" if loss_finite else "loss",
-                            culprit)
+                if world.is_main:
+                    log.warning("step %d: non-finite %s, update skipped (first non-finite "
+                                "gradient: %s)", state["step"],
+                                "gradient" if loss_finite else "loss", culprit)
                 metrics.write("nonfinite", state["step"], loss=repr(loss_total),
                               gradient=culprit, in_a_row=state["nonfinite_in_a_row"])
             if state["step"] % tcfg.log_every == 0:
@@ -393,11 +445,11 @@ def train(cfg: Config, *, data_dir: Path, run_dir: Path, ignore_mismatch: bool =
                     "train.clip_norm, or use bf16 instead of fp16.")
             if state["step"] % tcfg.valid_every == 0:
                 run_validation()
-            minutes_due = tcfg.save_every_minutes and \
-                time.monotonic() - last_save >= 60 * tcfg.save_every_minutes
+            stop_now, minutes_due = stop_and_save_due()
             if state["step"] % tcfg.save_every == 0 or minutes_due:
                 save()
                 last_save = time.monotonic()
+            stop = stop_now or out_of_budget()
         if state["batch_in_epoch"] >= len(batches):
             state["epoch"] += 1
             state["batch_in_epoch"] = 0
@@ -411,5 +463,6 @@ def train(cfg: Config, *, data_dir: Path, run_dir: Path, ignore_mismatch: bool =
             run_validation()
         save()
     metrics.close()
-    plot_curves(run_dir)
+    if world.is_main:
+        plot_curves(run_dir)
     return state

@@ -1,0 +1,78 @@
+"""torchrun-launched DistributedDataParallel on CPU (gloo): two processes reach the parameters
+of one process with the same total batch, and a kill -9 of the whole job resumes exactly."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from transformer_mt.checkpoint import checkpoint_dirs
+from transformer_mt.metrics import read_metrics
+from transformer_mt.model_io import read_weights
+
+ARGS = ["--config", "tiny", "--train.max_tokens=800", "--train.warmup_steps=10",
+        "--train.log_every=1", "--train.valid_every=1000000", "--train.valid_bleu=false",
+        "--train.threads=1", "--model.dropout=0.0"]
+
+
+def command(data, run, *extra, nproc=1):
+    cli = ["-m", "transformer_mt", "train", "--data", str(data), "--run-dir", str(run), *ARGS,
+           *extra]
+    if nproc == 1:
+        return [sys.executable, *cli]
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            f"--nproc-per-node={nproc}", *cli]
+
+
+def run(cmd):
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                            env=os.environ | {"OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+def final_weights(run_dir):
+    return read_weights(checkpoint_dirs(run_dir)[-1] / "model.safetensors")
+
+
+def test_two_processes_equal_one_with_the_same_total_batch(prepared_multi30k, tmp_path):
+    steps = ["--train.max_steps=8", "--train.save_every=8"]
+    run(command(prepared_multi30k, tmp_path / "one", *steps, "--train.accumulate=2"))
+    run(command(prepared_multi30k, tmp_path / "two", *steps, nproc=2))
+    one, two = final_weights(tmp_path / "one"), final_weights(tmp_path / "two")
+    assert one.keys() == two.keys()
+    for name in one:
+        torch.testing.assert_close(two[name], one[name], atol=2e-5, rtol=1e-4, msg=name)
+    losses_one = [r["loss"] for r in read_metrics(tmp_path / "one") if r["kind"] == "train"]
+    losses_two = [r["loss"] for r in read_metrics(tmp_path / "two") if r["kind"] == "train"]
+    assert losses_two == pytest.approx(losses_one, rel=1e-4)
+    state = json.loads((checkpoint_dirs(tmp_path / "two")[-1] / "state.json").read_text())
+    assert state["world_size"] == 2 and state["step"] == 8
+
+
+def test_kill9_of_a_torchrun_job_resumes_exactly(prepared_multi30k, tmp_path):
+    steps = ["--train.max_steps=24", "--train.save_every=4", "--model.dropout=0.1"]
+    run(command(prepared_multi30k, tmp_path / "straight", *steps, nproc=2))
+    cut = tmp_path / "cut"
+    job = subprocess.Popen(command(prepared_multi30k, cut, *steps, nproc=2),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           start_new_session=True, env=os.environ | {"OMP_NUM_THREADS": "1"})
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and job.poll() is None:
+        records = read_metrics(cut) if (cut / "metrics.jsonl").exists() else []
+        if records and records[-1]["step"] >= 10:
+            break
+        time.sleep(0.01)
+    os.killpg(job.pid, signal.SIGKILL)  # torchrun's agent and both workers
+    job.wait()
+    assert job.returncode != 0
+    assert 8 <= int(checkpoint_dirs(cut)[-1].name[5:]) < 24
+    run(command(prepared_multi30k, cut, *steps, nproc=2))
+    straight, resumed = final_weights(tmp_path / "straight"), final_weights(cut)
+    assert all(torch.equal(straight[k], resumed[k]) for k in straight)
+    losses = lambda d: {r["step"]: r["loss"] for r in read_metrics(d) if r["kind"] == "train"}
+    assert losses(cut) == losses(tmp_path / "straight")
