@@ -56,7 +56,9 @@ def label_smoothed_nll(logits_NV: Tensor, target_N: Tensor, *, eps: float, pad_i
     nll_N = -logp_NV.gather(1, target_N[:, None]).squeeze(1)
     uniform_N = -logp_NV.mean(dim=-1)
     loss_N = (1.0 - eps) * nll_N + eps * uniform_N
-    return loss_N[keep_N].sum(), nll_N[keep_N].sum(), int(keep_N.sum())
+    zero = loss_N.new_zeros(())  # where(), not indexing: no device sync, no data-dependent shape
+    return (torch.where(keep_N, loss_N, zero).sum(), torch.where(keep_N, nll_N, zero).sum(),
+            int(keep_N.sum()))
 
 
 def forward_backward(model: nn.Module, batches: list[tuple[Tensor, Tensor, Tensor]], *,

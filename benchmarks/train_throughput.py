@@ -1,0 +1,152 @@
+"""Training throughput of transformer-mt: target tokens/s of full steps (forward, backward, Adam)
+on real Multi30k batches, FLOPs counted by torch's FlopCounterMode (on the meta device: the
+exact matmul work of the padded batches), and the fraction of the machine's measured matmul
+peak in the same dtype. One configuration per process; medians over the timed steps.
+
+    python benchmarks/train_throughput.py --data runs/multi30k-en-de/data --shape small \\
+        --dtype bf16 --json out.json
+
+--data is a prepared data directory (`transformer-mt prepare`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import resource
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from transformer_mt.config import ModelConfig, load_config
+from transformer_mt.data import ParallelData, token_batches
+from transformer_mt.train import forward_backward, precision
+
+SHAPES = {"small": "small", "base": "base"}
+
+
+def matmul_peak(dtype: torch.dtype, device: torch.device) -> float:
+    """FLOP/s of a large square matrix product (2048 on CPU, 8192 on GPU), best of a few."""
+    n = 8192 if device.type == "cuda" else 2048
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
+    best = 0.0
+    for _ in range(5 if device.type == "cuda" else 3):
+        sync(device)
+        start = time.perf_counter()
+        for _ in range(10 if device.type == "cuda" else 2):
+            a @ b
+        sync(device)
+        reps = 10 if device.type == "cuda" else 2
+        best = max(best, reps * 2 * n**3 / (time.perf_counter() - start))
+    return best
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def step_flops(cfg: ModelConfig, batch_shapes: list[tuple[int, int, int]]) -> list[int]:
+    """Matmul FLOPs of one training step (forward + backward) per batch (B, S, T)."""
+    from transformer_mt.model import Transformer
+
+    with torch.device("meta"):
+        model = Transformer(cfg).train()
+    out = []
+    for B, S, T in batch_shapes:
+        src = torch.full((B, S), 5, dtype=torch.long, device="meta")
+        tgt = torch.full((B, T), 5, dtype=torch.long, device="meta")
+        counter = FlopCounterMode(display=False)
+        with counter:  # the loss has no matmul: a plain sum stands in for it
+            model(src, tgt).sum().backward()
+        out.append(counter.get_total_flops())
+    return out
+
+
+def git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True, cwd=Path(__file__).parent).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", type=Path, required=True)
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="small")
+    parser.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default="fp32")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--max-tokens", type=int, default=4096)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--vocab-size", type=int, default=8000)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    device = torch.device(args.device)
+    cfg = load_config(SHAPES[args.shape], [f"model.vocab_size={args.vocab_size}",
+                                           f"train.bf16={args.dtype == 'bf16'}",
+                                           f"train.fp16={args.dtype == 'fp16'}"])
+    from transformer_mt.model import Transformer
+
+    torch.manual_seed(0)
+    model = Transformer(cfg.model).to(device).train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+    scaler = torch.amp.GradScaler(device.type, enabled=args.dtype == "fp16")
+    data = ParallelData(args.data, "train")
+    batches = token_batches(data.src_lengths, data.tgt_lengths, max_tokens=args.max_tokens,
+                            seed=1, epoch=0)[: args.warmup + args.steps]
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    times, tokens, shapes = [], [], []
+    for i, batch in enumerate(batches):
+        tensors = tuple(t.to(device) for t in data.collate(batch))
+        n_target = int(data.tgt_lengths[batch].sum())
+        sync(device)
+        start = time.perf_counter()
+        with precision(cfg.train, device):
+            forward_backward(model, [tensors], scale=1 / n_target, eps=0.1, pad_id=0,
+                             scaler=scaler)
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+        sync(device)
+        if i >= args.warmup:
+            times.append(time.perf_counter() - start)
+            tokens.append(n_target)
+            shapes.append((tensors[0].shape[0], tensors[0].shape[1], tensors[1].shape[1]))
+    flops = step_flops(cfg.model, shapes)
+    peak_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+    peak = matmul_peak(peak_dtype[args.dtype], device)
+    per_step_tok_s = [n / t for n, t in zip(tokens, times, strict=True)]
+    achieved = sum(flops) / sum(times)
+    result = {
+        "engine": "transformer-mt", "shape": args.shape, "dtype": args.dtype,
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda"
+        else platform.processor() or platform.machine(),
+        "threads": torch.get_num_threads(), "torch": torch.__version__, "commit": git_commit(),
+        "max_tokens": args.max_tokens, "timed_steps": len(times),
+        "median_step_s": statistics.median(times),
+        "tokens_per_s": sum(tokens) / sum(times),
+        "median_tokens_per_s": statistics.median(per_step_tok_s),
+        "achieved_flops_per_s": achieved, "matmul_peak_flops_per_s": peak,
+        "fraction_of_matmul_peak": achieved / peak,
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_gpu_mib": torch.cuda.max_memory_allocated(device) / 2**20
+        if device.type == "cuda" else None,
+    }
+    print(json.dumps(result))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+if __name__ == "__main__":
+    main()

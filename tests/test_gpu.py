@@ -1,0 +1,63 @@
+"""The CUDA paths (run with `pytest -m gpu` on a machine with a GPU; skipped elsewhere):
+the model and the searches agree with the CPU, and training runs in bf16 and in fp16 with the
+loss scaler, checkpoints on the GPU and resumes."""
+
+import json
+
+import pytest
+import torch
+
+from conftest import random_batch, tiny_model
+from transformer_mt import DecodeConfig, beam_search, greedy_search
+from transformer_mt.checkpoint import checkpoint_dirs
+from transformer_mt.config import load_config
+from transformer_mt.metrics import read_metrics
+from transformer_mt.train import train
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+
+
+def test_forward_on_cuda_equals_cpu():
+    model = tiny_model(seed=1)
+    src, tgt = random_batch(0, 3, 9, pad_to=11), random_batch(1, 3, 7)
+    expected = model(src, tgt)
+    got = model.cuda()(src.cuda(), tgt.cuda()).cpu()
+    torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("search", [greedy_search, beam_search])
+def test_search_on_cuda_equals_cpu(search):
+    model = tiny_model(seed=2)
+    src = random_batch(3, 4, 8, lengths=[8, 5, 7, 3])
+    cfg = DecodeConfig(beam_size=3, max_length_offset=6)
+    cpu = search(model, src, cfg)
+    gpu = search(model.cuda(), src.cuda(), cfg)
+    for a, b in zip(cpu, gpu, strict=True):
+        assert [h.tokens for h in a] == [h.tokens for h in b]
+        assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-4)
+
+
+OVERRIDES = ["train.max_tokens=800", "train.warmup_steps=10", "train.lr_scale=0.5",
+             "train.log_every=5", "train.valid_every=20", "train.valid_bleu=true",
+             "train.save_every=10", "train.device=cuda", "decode.max_length_offset=5"]
+
+
+@pytest.mark.parametrize("precision", ["train.bf16=true", "train.fp16=true", "train.bf16=false"])
+def test_training_on_cuda_learns_checkpoints_and_resumes(prepared_multi30k, tmp_path, precision):
+    run = tmp_path / "run"
+    train(load_config("tiny", [*OVERRIDES, precision, "train.max_steps=20"]),
+          data_dir=prepared_multi30k, run_dir=run)
+    state = train(load_config("tiny", [*OVERRIDES, precision, "train.max_steps=40"]),
+                  data_dir=prepared_multi30k, run_dir=run)
+    assert state["step"] == 40 and state["nonfinite_steps"] < 5
+    losses = [r["loss"] for r in read_metrics(run) if r["kind"] == "train"]
+    assert [r["step"] for r in read_metrics(run) if r["kind"] == "train"] == list(range(5, 45, 5))
+    assert losses[-1] < losses[0] - 0.5
+    saved = json.loads((checkpoint_dirs(run)[-1] / "state.json").read_text())
+    if precision == "train.fp16=true":
+        assert saved["grad_scaler"]["scale"] > 0
+    else:
+        assert saved["grad_scaler"] == {}
+    valid = [r for r in read_metrics(run) if r["kind"] == "valid"]
+    assert [r["step"] for r in valid] == [20, 40] and valid[-1]["loss"] < valid[0]["loss"]
