@@ -240,6 +240,12 @@ def precision(tcfg, device: torch.device) -> contextlib.ExitStack:
         # trains 1.3x faster than the CPU flash kernel in bf16 (3,660 vs 2,830 tok/s), the same
         # in fp32; the model keeps plain SDPA, the choice is made here.
         stack.enter_context(sdpa_kernel(SDPBackend.MATH))
+    else:
+        # Not cuDNN's attention, which torch picks for bf16/fp16 on Hopper: it plans each new
+        # batch shape on the CPU (~9 ms a call on an H200), which made bf16 steps 1.8x slower
+        # than fp32 on token-budget batches (benchmarks/results/gpu).
+        stack.enter_context(sdpa_kernel([SDPBackend.FLASH_ATTENTION,
+                                         SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]))
     return stack
 
 
