@@ -7,6 +7,7 @@ checkpoints, metrics and logs. A single process is a world of size 1 and needs n
 
 from __future__ import annotations
 
+import gc
 import os
 from dataclasses import dataclass
 
@@ -77,6 +78,11 @@ def gather_rng(world: World, device: torch.device) -> dict[str, torch.Tensor]:
     return {f"rng.torch.rank{r}": s.cpu() for r, s in enumerate(states) if r > 0}
 
 
-def shutdown(world: World) -> None:
+def shutdown(world: World, *, clean: bool) -> None:
+    """Leave the process group; after a clean finish, only once every rank is done (rank 0 may
+    still be writing its last checkpoint, and a rank leaving early aborts gloo's threads)."""
     if world.size > 1 and dist.is_initialized():
+        if clean:
+            dist.barrier()
+        gc.collect()  # DistributedDataParallel's gloo work objects, before the group goes
         dist.destroy_process_group()

@@ -284,10 +284,13 @@ def train(cfg: Config, *, data_dir: Path, run_dir: Path, ignore_mismatch: bool =
     if tcfg.threads:
         torch.set_num_threads(tcfg.threads)
     world, device = init_world(tcfg.device)
+    clean = False
     try:
-        return _train(cfg, data_dir, run_dir, ignore_mismatch, world, device)
+        state = _train(cfg, data_dir, run_dir, ignore_mismatch, world, device)
+        clean = True
+        return state
     finally:
-        shutdown(world)
+        shutdown(world, clean=clean)
 
 
 def _train(cfg: Config, data_dir: Path, run_dir: Path, ignore_mismatch: bool, world: World,
