@@ -229,3 +229,21 @@ def test_filter_logits_properties(seed, top_k, top_p):
             assert kept[row, order[:n]].all()
             assert probs[row, order[: n - 1]].sum() < top_p + 1e-6
             assert probs[row, order[:n]].sum() >= min(top_p, 1.0) - 1e-6
+
+
+@pytest.mark.parametrize("search", [greedy_search, beam_search])
+def test_min_and_max_length_force_the_output_length(search):
+    model = tiny_model(seed=4)
+    src = random_batch(7, 3, 6, lengths=[6, 2, 4])
+    for n in (1, 5, 9):  # min = max: every output has n tokens, EOS included
+        cfg = DecodeConfig(beam_size=3, n_best=3, min_length=n, max_length=n)
+        for hyps in search(model, src, cfg):
+            assert {len(h.tokens) for h in hyps} == {n - 1}
+    cfg = DecodeConfig(beam_size=2, min_length=8, max_length_offset=20)
+    for hyps in search(model, src, cfg):
+        assert all(len(h.tokens) >= 7 for h in hyps)
+
+
+def test_min_length_above_max_length_is_refused():
+    with pytest.raises(ValueError, match="min_length=5 exceeds max_length=3"):
+        DecodeConfig(min_length=5, max_length=3)

@@ -91,6 +91,9 @@ class DecodeConfig:
     beam_size: int = 4
     length_penalty: float = 0.6  # alpha of GNMT's lp(Y) = ((5 + |Y|) / 6)^alpha; 0 turns it off
     max_length_offset: int = 50  # an output has at most (source length + offset) tokens
+    # Not in the paper (benchmarks force equal work with min = max): lengths count EOS; 0 = off.
+    min_length: int = 0  # EOS is not allowed before this many tokens
+    max_length: int = 0  # a cap on top of source length + offset
     n_best: int = 1  # hypotheses returned per sentence (<= beam_size)
     batch_size: int = 64  # sentences per decoding batch (the translator sorts them by length)
     temperature: float = 1.0  # sampling only
@@ -104,6 +107,11 @@ class DecodeConfig:
             raise ValueError(f"decode.n_best={self.n_best} exceeds beam_size={self.beam_size}")
         if self.max_length_offset < 0:
             raise ValueError(f"decode.max_length_offset must be >= 0, got {self.max_length_offset}")
+        if self.min_length < 0 or self.max_length < 0:
+            raise ValueError("decode.min_length and decode.max_length must be >= 0")
+        if self.max_length and self.min_length > self.max_length:
+            raise ValueError(f"decode.min_length={self.min_length} exceeds "
+                             f"max_length={self.max_length}")
         if self.length_penalty < 0:
             raise ValueError(f"decode.length_penalty must be >= 0, got {self.length_penalty}")
         if self.top_k < 0 or not 0.0 < self.top_p <= 1.0:

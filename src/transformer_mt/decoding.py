@@ -37,18 +37,27 @@ def length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
     return ((5 + length) / 6) ** alpha
 
 
-def max_output_lengths(src_BS: Tensor, pad_id: int, offset: int) -> Tensor:
-    """(B,) the longest output allowed per sentence: its source length + offset (§6.1)."""
-    return src_BS.ne(pad_id).sum(dim=1) + offset
+def max_output_lengths(src_BS: Tensor, pad_id: int, cfg: DecodeConfig) -> Tensor:
+    """(B,) the longest output allowed per sentence: its source length + offset (§6.1), capped
+    by cfg.max_length when set, and never below cfg.min_length."""
+    max_len_B = src_BS.ne(pad_id).sum(dim=1) + cfg.max_length_offset
+    if cfg.max_length:
+        max_len_B = max_len_B.clamp(max=cfg.max_length)
+    return max_len_B.clamp(min=max(cfg.min_length, 1))
 
 
-def _next_log_probs(model, tokens_BT: Tensor, memory, cache, max_len_B: Tensor) -> Tensor:
-    """Log-probabilities (B, V) of the next token; EOS forced where max_len_B is reached."""
+def _next_log_probs(model, tokens_BT: Tensor, memory, cache, max_len_B: Tensor,
+                    min_length: int) -> Tensor:
+    """Log-probabilities (B, V) of the next token; EOS forced where max_len_B is reached and
+    forbidden while the output is shorter than min_length."""
     logits_BV = model.decode(tokens_BT[:, -1:], memory, cache)[:, -1].float()
     logp_BV = torch.log_softmax(logits_BV, dim=-1)
-    at_limit_B = max_len_B <= tokens_BT.size(1)  # the next token is the last one allowed
-    forced_BV = torch.full_like(logp_BV, float("-inf"))
     eos = model.cfg.eos_id
+    position = tokens_BT.size(1)  # the next token is the position-th of the output
+    if position < min_length:
+        logp_BV[:, eos] = float("-inf")
+    at_limit_B = max_len_B <= position  # the next token is the last one allowed
+    forced_BV = torch.full_like(logp_BV, float("-inf"))
     forced_BV[:, eos] = logp_BV[:, eos]
     return torch.where(at_limit_B[:, None], forced_BV, logp_BV)
 
@@ -60,13 +69,13 @@ def _sequential_search(model, src_BS: Tensor, cfg: DecodeConfig,
     memory = model.encode(src_BS)
     cache = model.new_cache(memory)
     B = src_BS.size(0)
-    max_len_B = max_output_lengths(src_BS, mcfg.pad_id, cfg.max_length_offset)
+    max_len_B = max_output_lengths(src_BS, mcfg.pad_id, cfg)
     tokens_BT = torch.full((B, 1), mcfg.bos_id, dtype=torch.long, device=src_BS.device)
     log_prob_B = torch.zeros(B, device=src_BS.device)
     length_B = torch.zeros(B, dtype=torch.long, device=src_BS.device)
     finished_B = torch.zeros(B, dtype=torch.bool, device=src_BS.device)
     while not finished_B.all():
-        logp_BV = _next_log_probs(model, tokens_BT, memory, cache, max_len_B)
+        logp_BV = _next_log_probs(model, tokens_BT, memory, cache, max_len_B, cfg.min_length)
         next_B = choose(logp_BV).masked_fill(finished_B, mcfg.pad_id)
         step_lp_B = logp_BV.gather(1, next_B[:, None]).squeeze(1)
         log_prob_B += step_lp_B.masked_fill(finished_B, 0.0)
@@ -131,7 +140,7 @@ def beam_search(model, src_BS: Tensor, cfg: DecodeConfig) -> list[list[Hypothesi
     rows_BN = torch.arange(B, device=device).repeat_interleave(N)  # sentence of each beam row
     memory = model.encode(src_BS).index_select(rows_BN)
     cache = model.new_cache(memory)
-    max_len_B = max_output_lengths(src_BS, mcfg.pad_id, cfg.max_length_offset)
+    max_len_B = max_output_lengths(src_BS, mcfg.pad_id, cfg)
     max_len_BN = max_len_B.repeat_interleave(N)
     tokens_BNT = torch.full((B * N, 1), mcfg.bos_id, dtype=torch.long, device=device)
     alive_lp_BN = torch.full((B, N), float("-inf"), device=device)
@@ -140,7 +149,8 @@ def beam_search(model, src_BS: Tensor, cfg: DecodeConfig) -> list[list[Hypothesi
     done_B = [False] * B
     first_row_B1 = torch.arange(B, device=device)[:, None] * N
     while not all(done_B):
-        logp_BNV = _next_log_probs(model, tokens_BNT, memory, cache, max_len_BN)
+        logp_BNV = _next_log_probs(model, tokens_BNT, memory, cache, max_len_BN,
+                                   cfg.min_length)
         V = logp_BNV.size(-1)
         cand_lp_BX = (alive_lp_BN[:, :, None] + logp_BNV.view(B, N, V)).view(B, N * V)
         top_lp_B2N, top_idx_B2N = cand_lp_BX.topk(2 * N, dim=1)
