@@ -1,10 +1,11 @@
-"""Training throughput of transformer-mt: target tokens/s of full steps (forward, backward, Adam)
-on real Multi30k batches, FLOPs counted by torch's FlopCounterMode (on the meta device: the
-exact matmul work of the padded batches), and the fraction of the machine's measured matmul
-peak in the same dtype. One configuration per process; medians over the timed steps.
+"""Training throughput: target tokens/s of full steps (forward, backward, Adam) on real Multi30k
+batches, for transformer-mt or a peer at the same shape (engines.py). FLOPs are those of our
+model on the same padded batches, counted by torch's FlopCounterMode on the meta device, so
+every engine is credited with the same work; the fraction is of the machine's measured matmul
+peak in the same dtype. One configuration per process.
 
-    python benchmarks/train_throughput.py --data runs/multi30k-en-de/data --shape small \\
-        --dtype bf16 --json out.json
+    python benchmarks/speed/train_speed.py --data runs/multi30k-en-de/data --engine marian \\
+        --shape small --dtype bf16 --json out.json
 
 --data is a prepared data directory (`transformer-mt prepare`).
 """
@@ -21,11 +22,11 @@ import time
 from pathlib import Path
 
 import torch
+from engines import build
 from torch.utils.flop_counter import FlopCounterMode
 
 from transformer_mt.config import ModelConfig, load_config
 from transformer_mt.data import ParallelData, token_batches
-from transformer_mt.train import forward_backward, precision
 
 SHAPES = {"small": "small", "base": "base"}
 
@@ -80,6 +81,7 @@ def git_commit() -> str:
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, required=True)
+    parser.add_argument("--engine", choices=["ours", "marian", "torch"], default="ours")
     parser.add_argument("--shape", choices=sorted(SHAPES), default="small")
     parser.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default="fp32")
     parser.add_argument("--device", default="cpu")
@@ -93,12 +95,9 @@ def main(argv: list[str] | None = None) -> dict:
     cfg = load_config(SHAPES[args.shape], [f"model.vocab_size={args.vocab_size}",
                                            f"train.bf16={args.dtype == 'bf16'}",
                                            f"train.fp16={args.dtype == 'fp16'}"])
-    from transformer_mt.model import Transformer
-
     torch.manual_seed(0)
-    model = Transformer(cfg.model).to(device).train()
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
-    scaler = torch.amp.GradScaler(device.type, enabled=args.dtype == "fp16")
+    engine = build(args.engine, cfg.model, dtype=args.dtype, threads=torch.get_num_threads(),
+                   device=args.device)
     data = ParallelData(args.data, "train")
     batches = token_batches(data.src_lengths, data.tgt_lengths, max_tokens=args.max_tokens,
                             seed=1, epoch=0)[: args.warmup + args.steps]
@@ -110,12 +109,7 @@ def main(argv: list[str] | None = None) -> dict:
         n_target = int(data.tgt_lengths[batch].sum())
         sync(device)
         start = time.perf_counter()
-        with precision(cfg.train, device):
-            forward_backward(model, [tensors], scale=1 / n_target, eps=0.1, pad_id=0,
-                             scaler=scaler)
-        scaler.step(optimizer)
-        scaler.update()
-        optimizer.zero_grad(set_to_none=True)
+        engine.train_step(*tensors, n_target)
         sync(device)
         if i >= args.warmup:
             times.append(time.perf_counter() - start)
@@ -127,7 +121,7 @@ def main(argv: list[str] | None = None) -> dict:
     per_step_tok_s = [n / t for n, t in zip(tokens, times, strict=True)]
     achieved = sum(flops) / sum(times)
     result = {
-        "engine": "transformer-mt", "shape": args.shape, "dtype": args.dtype,
+        "engine": engine.name, "shape": args.shape, "dtype": args.dtype,
         "device": torch.cuda.get_device_name(device) if device.type == "cuda"
         else platform.processor() or platform.machine(),
         "threads": torch.get_num_threads(), "torch": torch.__version__, "commit": git_commit(),

@@ -1,0 +1,78 @@
+"""Decoding throughput and latency: the 1,014 Multi30k validation sentences in batches of 64
+sorted by length, greedy and beam 4, every output forced to `--length` tokens so that randomly
+initialised engines do identical work; and single-sentence beam-4 latency. One engine and dtype
+per process (engines.py).
+
+    python benchmarks/speed/decode_speed.py --data runs/multi30k-en-de/data --engine ct2 \\
+        --shape small --dtype int8 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from engines import build
+
+from transformer_mt.config import load_config
+from transformer_mt.data import ParallelData
+
+
+def timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", type=Path, required=True)
+    parser.add_argument("--engine", choices=["ours", "marian", "torch", "ct2"], default="ours")
+    parser.add_argument("--shape", choices=["small", "base"], default="small")
+    parser.add_argument("--dtype", choices=["fp32", "bf16", "int8"], default="fp32")
+    parser.add_argument("--length", type=int, default=30)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--latency-sentences", type=int, default=30)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    cfg = load_config(args.shape, ["model.vocab_size=8000", "model.dropout=0.0"]).model
+    torch.manual_seed(0)
+    engine = build(args.engine, cfg, dtype=args.dtype, threads=torch.get_num_threads())
+    data = ParallelData(args.data, "valid")
+    order = np.argsort(data.src_lengths, kind="stable")
+    batches = [data.collate(order[i : i + args.batch_size])[0]
+               for i in range(0, len(order), args.batch_size)]
+    n = len(order)
+    engine.decode(batches[len(batches) // 2], beam=1, length=args.length)  # warm-up
+    result = {"engine": engine.name, "shape": args.shape, "dtype": args.dtype,
+              "cpu": platform.processor() or platform.machine(),
+              "threads": torch.get_num_threads(), "torch": torch.__version__,
+              "sentences": n, "output_tokens": args.length, "batch_size": args.batch_size}
+    for label, beam in (("greedy", 1), ("beam4", 4)):
+        if args.engine == "torch" and beam > 1:
+            continue  # the tutorial baseline has no beam search
+        seconds = sum(timed(lambda b=b, k=beam: engine.decode(b, beam=k, length=args.length))
+                      for b in batches)
+        result[f"{label}_sentences_per_s"] = n / seconds
+        result[f"{label}_tokens_per_s"] = n * args.length / seconds
+    if args.engine != "torch":
+        singles = [data.collate(order[i : i + 1])[0]
+                   for i in np.linspace(0, n - 1, args.latency_sentences).astype(int)]
+        latencies = [timed(lambda s=s: engine.decode(s, beam=4, length=args.length))
+                     for s in singles]
+        result["beam4_latency_ms"] = 1000 * statistics.median(latencies)
+    print(json.dumps(result))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,221 @@
+"""The engines compared by the speed benchmarks, built at the same shape with random weights:
+transformer-mt, Hugging Face MarianMTModel, CTranslate2 (converted from that Marian model) and
+torch.nn.Transformer with the tutorial's naive decoding. Each engine exposes what its benchmark
+needs: a training step on (src, tgt_in, tgt_out) id batches, and decoding of id batches with the
+output length forced to `length` tokens (so that random models do identical work).
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from transformer_mt.config import DecodeConfig, ModelConfig, TrainConfig
+from transformer_mt.decoding import generate
+from transformer_mt.model import Transformer, sinusoidal_positions
+from transformer_mt.train import forward_backward, precision
+
+
+def adam(model: nn.Module) -> torch.optim.Adam:
+    return torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+
+
+def smoothed_loss(logits: Tensor, tgt_out: Tensor, n_target: int) -> Tensor:
+    return F.cross_entropy(logits.flatten(0, 1).float(), tgt_out.flatten(), ignore_index=0,
+                           label_smoothing=0.1, reduction="sum") / n_target
+
+
+class Ours:
+    name = "transformer-mt"
+
+    def __init__(self, cfg: ModelConfig, *, dtype: str, device: str = "cpu"):
+        self.device = torch.device(device)
+        self.model = Transformer(cfg).to(self.device)
+        self.tcfg = TrainConfig(bf16=dtype == "bf16", fp16=dtype == "fp16", max_steps=1)
+        self.optimizer = adam(self.model)
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.tcfg.fp16)
+
+    def train_step(self, src, tgt_in, tgt_out, n_target) -> None:
+        self.model.train()
+        with precision(self.tcfg, self.device):
+            forward_backward(self.model, [(src, tgt_in, tgt_out)], scale=1 / n_target, eps=0.1,
+                             pad_id=0, scaler=self.scaler)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def decode(self, src, *, beam: int, length: int) -> None:
+        self.model.eval()
+        cfg = DecodeConfig(strategy="beam" if beam > 1 else "greedy", beam_size=beam,
+                           min_length=length, max_length=length)
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.tcfg.bf16):
+            generate(self.model, src, cfg)
+
+
+def marian_config(cfg: ModelConfig):
+    """Marian's conventions: <pad> is the last id and starts the decoder. Our batches pad with 0
+    under an attention mask, so the padding id does not matter."""
+    from transformers import MarianConfig
+
+    return MarianConfig(
+        vocab_size=cfg.vocab_size, decoder_vocab_size=cfg.vocab_size, d_model=cfg.d_model,
+        encoder_layers=cfg.n_encoder_layers, decoder_layers=cfg.n_decoder_layers,
+        encoder_attention_heads=cfg.n_heads, decoder_attention_heads=cfg.n_heads,
+        encoder_ffn_dim=cfg.d_ff, decoder_ffn_dim=cfg.d_ff, activation_function="relu",
+        dropout=cfg.dropout, attention_dropout=0.0, activation_dropout=0.0,
+        max_position_embeddings=256, scale_embedding=True,
+        share_encoder_decoder_embeddings=True, tie_word_embeddings=True,
+        pad_token_id=cfg.vocab_size - 1, eos_token_id=cfg.eos_id, bos_token_id=cfg.bos_id,
+        decoder_start_token_id=cfg.vocab_size - 1, forced_eos_token_id=None)
+
+
+class Marian:
+    name = "hf-marian"
+
+    def __init__(self, cfg: ModelConfig, *, bf16: bool):
+        from transformers import MarianMTModel
+
+        self.model = MarianMTModel(marian_config(cfg))
+        self.bf16 = bf16
+        self.optimizer = adam(self.model)
+
+    def train_step(self, src, tgt_in, tgt_out, n_target) -> None:
+        self.model.train()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
+            logits = self.model(input_ids=src, attention_mask=src.ne(0),
+                                decoder_input_ids=tgt_in,
+                                decoder_attention_mask=tgt_in.ne(0)).logits
+            loss = smoothed_loss(logits, tgt_out, n_target)
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    @torch.inference_mode()
+    def decode(self, src, *, beam: int, length: int) -> None:
+        self.model.eval()
+        beam_options = {"length_penalty": 0.6, "early_stopping": True} if beam > 1 else {}
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
+            self.model.generate(input_ids=src, attention_mask=src.ne(0), num_beams=beam,
+                                do_sample=False, min_new_tokens=length, max_new_tokens=length,
+                                **beam_options)
+
+
+class CTranslate2:
+    """CTranslate2 from the Marian model's weights (float32 or int8); tokens are id strings."""
+
+    def __init__(self, cfg: ModelConfig, *, compute_type: str, threads: int):
+        import ctranslate2
+        from transformers import MarianMTModel
+
+        self.name = f"ctranslate2-{compute_type}"
+        model = MarianMTModel(marian_config(cfg))
+        self.tmp = tempfile.TemporaryDirectory()
+        hf_dir, ct2_dir = Path(self.tmp.name) / "hf", Path(self.tmp.name) / "ct2"
+        model.save_pretrained(hf_dir)
+        self.vocab = [f"t{i}" for i in range(cfg.vocab_size)]
+        self.vocab[cfg.vocab_size - 1], self.vocab[cfg.eos_id] = "<pad>", "</s>"
+        self.vocab[cfg.bos_id], self.vocab[1] = "<s>", "<unk>"
+        converter = marian_converter(hf_dir, self.vocab)
+        converter.convert(str(ct2_dir), force=True)
+        self.translator = ctranslate2.Translator(str(ct2_dir), device="cpu",
+                                                 compute_type=compute_type,
+                                                 intra_threads=threads, inter_threads=1)
+
+    def tokens(self, src: Tensor) -> list[list[str]]:
+        return [[self.vocab[i] for i in row if i != 0] for row in src.tolist()]
+
+    def decode(self, src, *, beam: int, length: int) -> None:
+        self.translator.translate_batch(
+            self.tokens(src), beam_size=beam, length_penalty=0.6, max_batch_size=len(src),
+            min_decoding_length=length, max_decoding_length=length, return_scores=False)
+
+
+def marian_converter(hf_dir: Path, vocab: list[str]):
+    """ctranslate2's Transformers converter, given our vocabulary instead of a tokenizer."""
+    from ctranslate2.converters import TransformersConverter
+
+    class Converter(TransformersConverter):
+        def load_tokenizer(self, tokenizer_class, model_name_or_path, **kwargs):
+            class Tokenizer:
+                def get_vocab(self):
+                    return {piece: i for i, piece in enumerate(vocab)}
+
+                unk_token, pad_token, eos_token, bos_token = "<unk>", "<pad>", "</s>", "<s>"
+
+            return Tokenizer()
+
+    return Converter(str(hf_dir))
+
+
+class TorchTransformer(nn.Module):
+    """The PyTorch tutorial model: nn.Transformer between embeddings and a generator, with
+    naive decoding (the whole prefix recomputed at every step, no cache, greedy only)."""
+
+    name = "torch.nn.Transformer"
+
+    def __init__(self, cfg: ModelConfig, *, bf16: bool):
+        super().__init__()
+        self.cfg, self.bf16 = cfg, bf16
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=0)
+        self.register_buffer("positions", sinusoidal_positions(512, cfg.d_model))
+        self.transformer = nn.Transformer(
+            cfg.d_model, cfg.n_heads, cfg.n_encoder_layers, cfg.n_decoder_layers, cfg.d_ff,
+            cfg.dropout, batch_first=True)
+        self.generator = nn.Linear(cfg.d_model, cfg.vocab_size)
+        self.optimizer = adam(self)
+
+    def embed_ids(self, ids: Tensor) -> Tensor:
+        return self.embed(ids) * math.sqrt(self.cfg.d_model) + self.positions[: ids.size(1)]
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        causal = nn.Transformer.generate_square_subsequent_mask(tgt_in.size(1))
+        out = self.transformer(self.embed_ids(src), self.embed_ids(tgt_in), tgt_mask=causal,
+                               src_key_padding_mask=src.eq(0),
+                               tgt_key_padding_mask=tgt_in.eq(0),
+                               memory_key_padding_mask=src.eq(0))
+        return self.generator(out)
+
+    def train_step(self, src, tgt_in, tgt_out, n_target) -> None:
+        self.train()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
+            loss = smoothed_loss(self(src, tgt_in), tgt_out, n_target)
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    @torch.inference_mode()
+    def decode(self, src, *, beam: int, length: int) -> None:
+        if beam != 1:
+            raise ValueError("the tutorial baseline decodes greedily only")
+        self.eval()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
+            memory = self.transformer.encoder(self.embed_ids(src),
+                                              src_key_padding_mask=src.eq(0))
+            ys = torch.full((src.size(0), 1), self.cfg.bos_id, dtype=torch.long)
+            for _ in range(length):
+                causal = nn.Transformer.generate_square_subsequent_mask(ys.size(1))
+                out = self.transformer.decoder(self.embed_ids(ys), memory, tgt_mask=causal,
+                                               memory_key_padding_mask=src.eq(0))
+                logits = self.generator(out[:, -1])
+                logits[:, self.cfg.eos_id] = float("-inf")  # forced length
+                ys = torch.cat([ys, logits.argmax(-1, keepdim=True)], dim=1)
+
+
+def build(engine: str, cfg: ModelConfig, *, dtype: str, threads: int, device: str = "cpu"):
+    """An engine by name: ours, marian, torch (any dtype of fp32/bf16), ct2 (fp32/int8)."""
+    bf16 = dtype == "bf16"
+    if engine == "ours":
+        return Ours(cfg, dtype=dtype, device=device)
+    if engine == "marian":
+        return Marian(cfg, bf16=bf16)
+    if engine == "torch":
+        return TorchTransformer(cfg, bf16=bf16)
+    if engine == "ct2":
+        return CTranslate2(cfg, compute_type={"fp32": "float32", "int8": "int8"}[dtype],
+                           threads=threads)
+    raise ValueError(f"unknown engine {engine!r}")
