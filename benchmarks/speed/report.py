@@ -1,0 +1,160 @@
+"""Aggregate run.sh's raw JSONL (one line per process) into results.json and a markdown table:
+medians and min-max over the runs, and our ratios to the peers.
+
+    python benchmarks/speed/report.py benchmarks/results/speed
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+
+TRAIN_METRICS = ("tokens_per_s", "fraction_of_matmul_peak", "peak_rss_mib")
+DECODE_METRICS = ("greedy_sentences_per_s", "beam4_sentences_per_s", "beam4_latency_ms")
+
+
+def load(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] \
+        if path.exists() else []
+
+
+def aggregate(rows: list[dict], metrics: tuple[str, ...]) -> dict:
+    groups = defaultdict(list)
+    for row in rows:
+        groups[(row["shape"], row["engine"], row["dtype"])].append(row)
+    out = {}
+    for (shape, engine, dtype), runs in sorted(groups.items()):
+        entry = {"runs": len(runs)}
+        for metric in metrics:
+            values = [r[metric] for r in runs if metric in r]
+            if values:
+                entry[metric] = {"median": statistics.median(values), "min": min(values),
+                                 "max": max(values)}
+        out[f"{shape}/{engine}/{dtype}"] = entry
+    return out
+
+
+def median(results: dict, key: str, metric: str) -> float | None:
+    entry = results.get(key, {}).get(metric)
+    return entry["median"] if entry else None
+
+
+def ratios(train: dict, decode: dict, shapes: list[str]) -> dict:
+    """Our figures over the best peer's, per target of issue 5 (None where not measured)."""
+    out = {}
+    def best(results, shape, engines, metric):
+        values = [v for e in engines if (v := median(results, f"{shape}/{e}", metric))]
+        return max(values) if values else None
+
+    for shape in shapes:
+        peers_fp32 = ["hf-marian/fp32", "torch.nn.Transformer/fp32"]
+        peers_bf16 = ["hf-marian/bf16", "torch.nn.Transformer/bf16"]
+        ours_fp32 = median(train, f"{shape}/transformer-mt/fp32", "tokens_per_s")
+        ours_bf16 = median(train, f"{shape}/transformer-mt/bf16", "tokens_per_s")
+        ct2 = ["ctranslate2-float32/fp32", "ctranslate2-int8/int8"]
+        ours_beam = median(decode, f"{shape}/transformer-mt/fp32", "beam4_sentences_per_s")
+        ours_greedy = median(decode, f"{shape}/transformer-mt/fp32", "greedy_sentences_per_s")
+        ours_latency = median(decode, f"{shape}/transformer-mt/fp32", "beam4_latency_ms")
+
+        def ratio(a, b):
+            return round(a / b, 3) if a and b else None
+
+        out[shape] = {
+            "train_fp32_vs_fastest_peer_fp32": ratio(ours_fp32, best(train, shape, peers_fp32,
+                                                                       "tokens_per_s")),
+            "train_bf16_vs_fastest_peer_bf16": ratio(ours_bf16, best(train, shape, peers_bf16,
+                                                                       "tokens_per_s")),
+            "train_bf16_vs_fastest_peer_fp32": ratio(ours_bf16, best(train, shape, peers_fp32,
+                                                                       "tokens_per_s")),
+            "peak_rss_vs_hf_fp32": ratio(median(train, f"{shape}/transformer-mt/fp32",
+                                                "peak_rss_mib"),
+                                         median(train, f"{shape}/hf-marian/fp32",
+                                                "peak_rss_mib")),
+            "beam4_vs_hf_generate": ratio(ours_beam, median(decode, f"{shape}/hf-marian/fp32",
+                                                            "beam4_sentences_per_s")),
+            "beam4_vs_best_ctranslate2": ratio(ours_beam, best(decode, shape, ct2,
+                                                               "beam4_sentences_per_s")),
+            "greedy_vs_ctranslate2_float32": ratio(
+                ours_greedy, median(decode, f"{shape}/ctranslate2-float32/fp32",
+                                    "greedy_sentences_per_s")),
+            "beam4_latency_vs_ctranslate2_float32": ratio(
+                ours_latency, median(decode, f"{shape}/ctranslate2-float32/fp32",
+                                     "beam4_latency_ms")),
+        }
+    return out
+
+
+def fmt(entry: dict | None, digits: int = 0) -> str:
+    if not entry:
+        return "—"
+    m, lo, hi = entry["median"], entry["min"], entry["max"]
+    return f"{m:,.{digits}f} ({lo:,.{digits}f}-{hi:,.{digits}f})"
+
+
+def markdown(meta: dict, train: dict, decode: dict, rat: dict) -> str:
+    lines = [f"# Speed, side by side ({meta['cpu']}, {meta['threads']} threads)", "",
+             f"torch {meta['torch']}, transformers {meta['transformers']}, ctranslate2 "
+             f"{meta['ctranslate2']}, commit {meta['commit']}. Medians (min-max) over "
+             "separate processes. Random weights, 8k vocabulary, real Multi30k batches.", "",
+             "## Training (4,096-token batches, full steps: forward, backward, Adam)", "",
+             "| shape | engine | dtype | runs | target tok/s | of matmul peak | peak RSS MiB |",
+             "|---|---|---|---|---|---|---|"]
+    for key, e in train.items():
+        shape, engine, dtype = key.split("/")
+        peak = e.get("fraction_of_matmul_peak")
+        peak_s = f"{100 * peak['median']:.0f} %" if peak else "—"
+        lines.append(f"| {shape} | {engine} | {dtype} | {e['runs']} | "
+                     f"{fmt(e.get('tokens_per_s'))} | {peak_s} | {fmt(e.get('peak_rss_mib'))} |")
+    lines += ["", "## Decoding (1,014 val sentences, batch 64 sorted by length, 30 output tokens "
+              "each; latency: one sentence, beam 4)", "",
+              "| shape | engine | dtype | runs | greedy sent/s | beam-4 sent/s "
+              "| beam-4 latency ms |",
+              "|---|---|---|---|---|---|---|"]
+    for key, e in decode.items():
+        shape, engine, dtype = key.split("/")
+        lines.append(f"| {shape} | {engine} | {dtype} | {e['runs']} | "
+                     f"{fmt(e.get('greedy_sentences_per_s'), 1)} | "
+                     f"{fmt(e.get('beam4_sentences_per_s'), 1)} | "
+                     f"{fmt(e.get('beam4_latency_ms'), 1)} |")
+    lines += ["", "## Ratios (ours / peer; issue 5 targets in brackets)", "",
+              "| shape | ratio | value |", "|---|---|---|"]
+    targets = {"train_fp32_vs_fastest_peer_fp32": ">= 1.15 small, 1.05 base",
+               "train_bf16_vs_fastest_peer_bf16": ">= 1.3",
+               "train_bf16_vs_fastest_peer_fp32": ">= 2.5",
+               "peak_rss_vs_hf_fp32": "<= 1.0", "beam4_vs_hf_generate": ">= 2.5",
+               "beam4_vs_best_ctranslate2": ">= 1.0", "greedy_vs_ctranslate2_float32": ">= 1.0",
+               "beam4_latency_vs_ctranslate2_float32": "<= 1.5"}
+    for shape, values in rat.items():
+        for name, value in values.items():
+            lines.append(f"| {shape} | {name} [{targets[name]}] | {value} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(out: Path) -> None:
+    train = aggregate(load(out / "raw" / "train.jsonl"), TRAIN_METRICS)
+    decode = aggregate(load(out / "raw" / "decode.jsonl"), DECODE_METRICS)
+    shapes = sorted({k.split("/")[0] for k in [*train, *decode]})
+    import ctranslate2
+    import transformers
+
+    meta = {"cpu": platform.processor() or platform.machine(),
+            "threads": torch.get_num_threads(), "torch": torch.__version__,
+            "transformers": transformers.__version__, "ctranslate2": ctranslate2.__version__,
+            "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"],
+                                     capture_output=True, text=True).stdout.strip()}
+    rat = ratios(train, decode, shapes)
+    results = {"machine": meta, "train": train, "decode": decode, "ratios": rat}
+    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    (out / "README.md").write_text(markdown(meta, train, decode, rat))
+    print((out / "README.md").read_text())
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
