@@ -78,5 +78,9 @@ def test_kv_cache_extend_and_reorder():
     k, v = cache.extend(k1 + 10, v1 - 10)
     assert len(cache) == 2 and k[:, 0, :, 0].tolist() == [[0, 10], [1, 11]]
     cache.reorder(torch.tensor([1, 1]))
-    assert cache.k_BHLK[:, 0, :, 0].tolist() == [[1, 11], [1, 11]]
-    assert cache.v_BHLV[:, 0, :, 0].tolist() == [[-1, -11], [-1, -11]]
+    k, v = cache.extend(k1 + 20, v1 - 20)  # growing past the first capacity keeps everything
+    for _ in range(20):
+        k, v = cache.extend(k1 + 30, v1 - 30)
+    assert len(cache) == 23 and k.shape == (2, 1, 23, 1)
+    assert k[:, 0, :3, 0].tolist() == [[1, 11, 20], [1, 11, 21]]
+    assert v[:, 0, :3, 0].tolist() == [[-1, -11, -20], [-1, -11, -21]]

@@ -123,11 +123,10 @@ class TableModel:
         self.table, self.default, self.vocab = table, default, vocab
 
     def encode(self, src):
-        return SimpleNamespace(index_select=lambda idx: SimpleNamespace(rows=len(idx)),
-                               rows=src.size(0))
+        return SimpleNamespace(rows=src.size(0))
 
-    def new_cache(self, memory):
-        return PrefixCache(memory.rows)
+    def new_cache(self, memory, beams=1):
+        return PrefixCache(memory.rows * beams)
 
     def decode(self, tgt_BT, memory, cache):
         rows = []
@@ -247,3 +246,19 @@ def test_min_and_max_length_force_the_output_length(search):
 def test_min_length_above_max_length_is_refused():
     with pytest.raises(ValueError, match="min_length=5 exceeds max_length=3"):
         DecodeConfig(min_length=5, max_length=3)
+
+
+def test_beam_log_probs_equal_a_full_forward_of_each_hypothesis():
+    """The cached, beam-folded search scores each hypothesis as teacher forcing would."""
+    model = tiny_model(seed=5)
+    src = random_batch(9, 3, 7, lengths=[7, 3, 5])
+    for hyps, row in zip(beam_search(model, src, DecodeConfig(beam_size=3, n_best=3,
+                                                              max_length_offset=6)),
+                         src, strict=True):
+        assert len(hyps) == 3
+        for h in hyps:
+            tgt_in = torch.tensor([[BOS, *h.tokens]])
+            tgt_out = torch.tensor([*h.tokens, EOS])
+            with torch.no_grad():
+                logp = model(row[None], tgt_in).log_softmax(-1)[0].gather(1, tgt_out[:, None])
+            assert float(logp.sum()) == pytest.approx(h.log_prob, abs=1e-4)

@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from transformer_mt.config import DecodeConfig, ModelConfig, TrainConfig
 from transformer_mt.decoding import generate
 from transformer_mt.model import Transformer, sinusoidal_positions
-from transformer_mt.train import forward_backward, precision
+from transformer_mt.train import forward_backward, make_optimizer, precision
 
 
 def adam(model: nn.Module) -> torch.optim.Adam:
@@ -37,10 +37,12 @@ class Ours:
         self.device = torch.device(device)
         self.model = Transformer(cfg).to(self.device)
         self.tcfg = TrainConfig(bf16=dtype == "bf16", fp16=dtype == "fp16", max_steps=1)
-        self.optimizer = adam(self.model)
+        self.optimizer = make_optimizer(self.model, self.tcfg)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.tcfg.fp16)
 
     def train_step(self, src, tgt_in, tgt_out, n_target) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = 1e-4
         self.model.train()
         with precision(self.tcfg, self.device):
             forward_backward(self.model, [(src, tgt_in, tgt_out)], scale=1 / n_target, eps=0.1,

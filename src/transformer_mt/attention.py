@@ -38,29 +38,41 @@ def causal_mask(t: int, offset: int = 0, device: torch.device | None = None) -> 
 
 
 class KVCache:
-    """Keys and values of one self-attention layer for the positions decoded so far."""
+    """Keys and values of one self-attention layer for the positions decoded so far, in a buffer
+    that grows by doubling (appending a step copies only the new position)."""
 
     def __init__(self):
-        self.k_BHLK: Tensor | None = None
-        self.v_BHLV: Tensor | None = None
+        self.k_BHCK: Tensor | None = None  # C: capacity >= length
+        self.v_BHCV: Tensor | None = None
+        self.length = 0
 
     def __len__(self) -> int:
-        return 0 if self.k_BHLK is None else self.k_BHLK.size(2)
+        return self.length
 
     def extend(self, k_BHTK: Tensor, v_BHTV: Tensor) -> tuple[Tensor, Tensor]:
         """Append the new positions; return keys and values of all positions so far."""
-        if self.k_BHLK is None:
-            self.k_BHLK, self.v_BHLV = k_BHTK, v_BHTV
-        else:
-            self.k_BHLK = torch.cat([self.k_BHLK, k_BHTK], dim=2)
-            self.v_BHLV = torch.cat([self.v_BHLV, v_BHTV], dim=2)
-        return self.k_BHLK, self.v_BHLV
+        end = self.length + k_BHTK.size(2)
+        if self.k_BHCK is None or end > self.k_BHCK.size(2):
+            capacity = max(2 * end, 16)
+            self.k_BHCK = self._grown(self.k_BHCK, k_BHTK, capacity)
+            self.v_BHCV = self._grown(self.v_BHCV, v_BHTV, capacity)
+        self.k_BHCK[:, :, self.length : end] = k_BHTK
+        self.v_BHCV[:, :, self.length : end] = v_BHTV
+        self.length = end
+        return self.k_BHCK[:, :, :end], self.v_BHCV[:, :, :end]
+
+    def _grown(self, old: Tensor | None, like: Tensor, capacity: int) -> Tensor:
+        B, H, _, D = like.shape
+        new = like.new_empty(B, H, capacity, D)
+        if old is not None:
+            new[:, :, : self.length] = old[:, :, : self.length]
+        return new
 
     def reorder(self, index_B: Tensor) -> None:
         """Keep batch rows `index_B` (beam search moves hypotheses between rows)."""
-        if self.k_BHLK is not None:
-            self.k_BHLK = self.k_BHLK.index_select(0, index_B)
-            self.v_BHLV = self.v_BHLV.index_select(0, index_B)
+        if self.k_BHCK is not None:
+            self.k_BHCK = self.k_BHCK.index_select(0, index_B)  # capacity kept: C <= 2 x length
+            self.v_BHCV = self.v_BHCV.index_select(0, index_B)
 
 
 class MultiHeadAttention(nn.Module):

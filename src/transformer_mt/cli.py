@@ -42,7 +42,8 @@ def _translate(args: argparse.Namespace) -> int:
 
     overrides = {k: v for k, v in (("beam_size", args.beam_size), ("n_best", args.n_best),
                                    ("strategy", args.strategy), ("length_penalty", args.alpha),
-                                   ("batch_size", args.batch_size)) if v is not None}
+                                   ("batch_size", args.batch_size), ("bf16", args.bf16))
+                 if v is not None}
     model_dir = resolve_model_dir(args.model)
     log.info("translating with %s", model_dir)
     translator = Translator.from_dir(model_dir, device=args.device, **overrides)
@@ -243,6 +244,9 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--alpha", type=float, help="length penalty alpha (model default: 0.6)")
     tr.add_argument("--batch-size", type=int, help="sentences per batch (default: 64)")
     tr.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    tr.add_argument("--bf16", action="store_true", default=None,
+                    help="decode under bfloat16 autocast (faster on CPUs with bf16 units; "
+                         "benchmarks/results/speed gives its BLEU change)")
     tr.set_defaults(func=_translate)
     return parser
 

@@ -100,6 +100,7 @@ class DecodeConfig:
     top_k: int = 0  # sampling only; 0: no limit
     top_p: float = 1.0  # sampling only; nucleus mass kept
     seed: int = 0  # sampling only
+    bf16: bool = False  # bfloat16 autocast while decoding; not in the paper
 
     def __post_init__(self):
         _check_positive(self, "beam_size", "n_best", "batch_size", "temperature")

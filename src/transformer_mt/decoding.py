@@ -57,9 +57,11 @@ def _next_log_probs(model, tokens_BT: Tensor, memory, cache, max_len_B: Tensor,
     if position < min_length:
         logp_BV[:, eos] = float("-inf")
     at_limit_B = max_len_B <= position  # the next token is the last one allowed
-    forced_BV = torch.full_like(logp_BV, float("-inf"))
-    forced_BV[:, eos] = logp_BV[:, eos]
-    return torch.where(at_limit_B[:, None], forced_BV, logp_BV)
+    if bool(at_limit_B.any()):  # only then: a pass over (B, V)
+        eos_lp_B = logp_BV[:, eos].clone()
+        logp_BV.masked_fill_(at_limit_B[:, None], float("-inf"))
+        logp_BV[:, eos] = torch.where(at_limit_B, eos_lp_B, logp_BV[:, eos])
+    return logp_BV
 
 
 def _sequential_search(model, src_BS: Tensor, cfg: DecodeConfig,
@@ -137,9 +139,8 @@ def beam_search(model, src_BS: Tensor, cfg: DecodeConfig) -> list[list[Hypothesi
     mcfg = model.cfg
     B, N = src_BS.size(0), cfg.beam_size
     device = src_BS.device
-    rows_BN = torch.arange(B, device=device).repeat_interleave(N)  # sentence of each beam row
-    memory = model.encode(src_BS).index_select(rows_BN)
-    cache = model.new_cache(memory)
+    memory = model.encode(src_BS)
+    cache = model.new_cache(memory, beams=N)  # rows b*N .. b*N+N-1 continue sentence b
     max_len_B = max_output_lengths(src_BS, mcfg.pad_id, cfg)
     max_len_BN = max_len_B.repeat_interleave(N)
     tokens_BNT = torch.full((B * N, 1), mcfg.bos_id, dtype=torch.long, device=device)

@@ -69,7 +69,9 @@ class Translator:
                                 self.model.cfg.pad_id, dtype=torch.long)
             for row, i in enumerate(batch):
                 src_BS[row, : len(sources[i])] = torch.tensor(sources[i])
-            nbests = generate(self.model, src_BS.to(device), self.decode_cfg)
+            with torch.autocast(device.type, dtype=torch.bfloat16,
+                                enabled=self.decode_cfg.bf16):
+                nbests = generate(self.model, src_BS.to(device), self.decode_cfg)
             for i, hyps in zip(batch, nbests, strict=True):
                 results[i] = [self._detokenize(h) for h in hyps]
         return results
