@@ -62,6 +62,9 @@ def ratios(train: dict, decode: dict, shapes: list[str]) -> dict:
         ours_beam = median(decode, f"{shape}/transformer-mt/fp32", "beam4_sentences_per_s")
         ours_greedy = median(decode, f"{shape}/transformer-mt/fp32", "greedy_sentences_per_s")
         ours_latency = median(decode, f"{shape}/transformer-mt/fp32", "beam4_latency_ms")
+        bf16_beam = median(decode, f"{shape}/transformer-mt/bf16", "beam4_sentences_per_s")
+        bf16_greedy = median(decode, f"{shape}/transformer-mt/bf16", "greedy_sentences_per_s")
+        bf16_latency = median(decode, f"{shape}/transformer-mt/bf16", "beam4_latency_ms")
 
         def ratio(a, b):
             return round(a / b, 3) if a and b else None
@@ -86,6 +89,18 @@ def ratios(train: dict, decode: dict, shapes: list[str]) -> dict:
                                     "greedy_sentences_per_s")),
             "beam4_latency_vs_ctranslate2_float32": ratio(
                 ours_latency, median(decode, f"{shape}/ctranslate2-float32/fp32",
+                                     "beam4_latency_ms")),
+            # our bf16 decoding (--bf16) against the peers' reduced precision
+            "bf16_beam4_vs_hf_generate_bf16": ratio(
+                bf16_beam, median(decode, f"{shape}/hf-marian/bf16", "beam4_sentences_per_s")),
+            "bf16_beam4_vs_ctranslate2_int8": ratio(
+                bf16_beam, median(decode, f"{shape}/ctranslate2-int8/int8",
+                                  "beam4_sentences_per_s")),
+            "bf16_greedy_vs_ctranslate2_float32": ratio(
+                bf16_greedy, median(decode, f"{shape}/ctranslate2-float32/fp32",
+                                    "greedy_sentences_per_s")),
+            "bf16_beam4_latency_vs_ctranslate2_float32": ratio(
+                bf16_latency, median(decode, f"{shape}/ctranslate2-float32/fp32",
                                      "beam4_latency_ms")),
         }
     return out
@@ -130,7 +145,11 @@ def markdown(meta: dict, train: dict, decode: dict, rat: dict) -> str:
                "train_bf16_vs_fastest_peer_fp32": ">= 2.5",
                "peak_rss_vs_hf_fp32": "<= 1.0", "beam4_vs_hf_generate": ">= 2.5",
                "beam4_vs_best_ctranslate2": ">= 1.0", "greedy_vs_ctranslate2_float32": ">= 1.0",
-               "beam4_latency_vs_ctranslate2_float32": "<= 1.5"}
+               "beam4_latency_vs_ctranslate2_float32": "<= 1.5",
+               "bf16_beam4_vs_hf_generate_bf16": "like for like",
+               "bf16_beam4_vs_ctranslate2_int8": "like for like",
+               "bf16_greedy_vs_ctranslate2_float32": ">= 1.0 with --bf16",
+               "bf16_beam4_latency_vs_ctranslate2_float32": "<= 1.5 with --bf16"}
     for shape, values in rat.items():
         for name, value in values.items():
             lines.append(f"| {shape} | {name} [{targets[name]}] | {value} |")
