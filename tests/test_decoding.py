@@ -108,11 +108,16 @@ def test_beam_scores_are_the_model_log_probabilities():
 # --- hand-built cases: a fake model returning fixed probability tables -----------------------
 
 class PrefixCache:
-    def __init__(self, rows):
+    def __init__(self, rows, beams):
         self.prefixes = [[] for _ in range(rows)]
+        self.beams = beams
 
     def reorder(self, index):
         self.prefixes = [list(self.prefixes[i]) for i in index.tolist()]
+
+    def keep_sources(self, index):
+        self.reorder(torch.tensor([i * self.beams + k for i in index.tolist()
+                                   for k in range(self.beams)]))
 
 
 class TableModel:
@@ -126,7 +131,7 @@ class TableModel:
         return SimpleNamespace(rows=src.size(0))
 
     def new_cache(self, memory, beams=1):
-        return PrefixCache(memory.rows * beams)
+        return PrefixCache(memory.rows * beams, beams)
 
     def decode(self, tgt_BT, memory, cache):
         rows = []
@@ -262,3 +267,15 @@ def test_beam_log_probs_equal_a_full_forward_of_each_hypothesis():
             with torch.no_grad():
                 logp = model(row[None], tgt_in).log_softmax(-1)[0].gather(1, tgt_out[:, None])
             assert float(logp.sum()) == pytest.approx(h.log_prob, abs=1e-4)
+
+
+def test_sentences_done_early_leave_the_batch_without_changing_the_others():
+    model = tiny_model(seed=6)
+    src = random_batch(11, 4, 9, lengths=[2, 9, 4, 7])
+    cfg = DecodeConfig(beam_size=3, n_best=3, max_length_offset=2)  # done at 4, 11, 6, 9
+    together = beam_search(model, src, cfg)
+    for row, hyps in zip(src, together, strict=True):
+        n = int(row.ne(PAD).sum())
+        alone = beam_search(model, row[None, :n], cfg)[0]
+        assert [h.tokens for h in hyps] == [h.tokens for h in alone]
+        assert [h.score for h in hyps] == pytest.approx([h.score for h in alone], abs=1e-5)

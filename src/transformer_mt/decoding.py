@@ -5,8 +5,9 @@ once per source (`model.new_cache`), and each step feeds only the newest target 
 An output holds at most (source length + max_length_offset) tokens, EOS included; at that length
 EOS is forced, so every hypothesis ends.
 
-The `model` argument needs only `cfg` (pad/bos/eos ids), `encode`, `new_cache` and `decode`, so
-tests can pass a fake model with hand-written log-probability tables.
+The `model` argument needs only `cfg` (pad/bos/eos ids), `encode`, `new_cache` (whose cache has
+`reorder` and `keep_sources`) and `decode`, so tests can pass a fake model with hand-written
+log-probability tables. Beam search drops sentences from the batch as soon as they are done.
 """
 
 # B batch  S source len  T target len  V vocab  N beam
@@ -140,37 +141,43 @@ def beam_search(model, src_BS: Tensor, cfg: DecodeConfig) -> list[list[Hypothesi
     B, N = src_BS.size(0), cfg.beam_size
     device = src_BS.device
     memory = model.encode(src_BS)
-    cache = model.new_cache(memory, beams=N)  # rows b*N .. b*N+N-1 continue sentence b
-    max_len_B = max_output_lengths(src_BS, mcfg.pad_id, cfg)
-    max_len_BN = max_len_B.repeat_interleave(N)
-    tokens_BNT = torch.full((B * N, 1), mcfg.bos_id, dtype=torch.long, device=device)
-    alive_lp_BN = torch.full((B, N), float("-inf"), device=device)
-    alive_lp_BN[:, 0] = 0.0  # one live hypothesis (BOS) at the start
+    cache = model.new_cache(memory, beams=N)  # rows a*N .. a*N+N-1 continue sentence active[a]
+    # A: sentences still searching; finished ones leave the batch (and the caches) at once
+    active = list(range(B))
+    max_len_A = max_output_lengths(src_BS, mcfg.pad_id, cfg)
+    tokens_ANT = torch.full((B * N, 1), mcfg.bos_id, dtype=torch.long, device=device)
+    alive_lp_AN = torch.full((B, N), float("-inf"), device=device)
+    alive_lp_AN[:, 0] = 0.0  # one live hypothesis (BOS) at the start
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
-    done_B = [False] * B
-    first_row_B1 = torch.arange(B, device=device)[:, None] * N
-    while not all(done_B):
-        logp_BNV = _next_log_probs(model, tokens_BNT, memory, cache, max_len_BN,
-                                   cfg.min_length)
-        V = logp_BNV.size(-1)
-        cand_lp_BX = (alive_lp_BN[:, :, None] + logp_BNV.view(B, N, V)).view(B, N * V)
-        top_lp_B2N, top_idx_B2N = cand_lp_BX.topk(2 * N, dim=1)
-        origin_B2N, token_B2N = top_idx_B2N // V, top_idx_B2N % V
-        is_eos_B2N = token_B2N.eq(mcfg.eos_id)
-        length = tokens_BNT.size(1)  # tokens of a hypothesis that ends now, EOS included
-        for b, j in (is_eos_B2N[:, :N] & top_lp_B2N[:, :N].isfinite()).nonzero().tolist():
-            if done_B[b]:
-                continue
-            lp = float(top_lp_B2N[b, j])
-            row = b * N + int(origin_B2N[b, j])
-            finished[b].append(Hypothesis(tokens_BNT[row, 1:].tolist(), lp,
-                                          lp / length_penalty(length, cfg.length_penalty)))
-        alive_lp_BN, pick_BN = top_lp_B2N.masked_fill(is_eos_B2N, float("-inf")).topk(N, dim=1)
-        rows = (first_row_B1 + origin_B2N.gather(1, pick_BN)).view(-1)  # (B*N,)
-        tokens_BNT = torch.cat([tokens_BNT[rows], token_B2N.gather(1, pick_BN).view(-1, 1)], 1)
+    while active:
+        A = len(active)
+        logp_ANV = _next_log_probs(model, tokens_ANT, memory, cache,
+                                   max_len_A.repeat_interleave(N), cfg.min_length)
+        V = logp_ANV.size(-1)
+        cand_lp_AX = (alive_lp_AN[:, :, None] + logp_ANV.view(A, N, V)).view(A, N * V)
+        top_lp_A2N, top_idx_A2N = cand_lp_AX.topk(2 * N, dim=1)
+        origin_A2N, token_A2N = top_idx_A2N // V, top_idx_A2N % V
+        is_eos_A2N = token_A2N.eq(mcfg.eos_id)
+        length = tokens_ANT.size(1)  # tokens of a hypothesis that ends now, EOS included
+        for a, j in (is_eos_A2N[:, :N] & top_lp_A2N[:, :N].isfinite()).nonzero().tolist():
+            lp = float(top_lp_A2N[a, j])
+            row = a * N + int(origin_A2N[a, j])
+            finished[active[a]].append(Hypothesis(
+                tokens_ANT[row, 1:].tolist(), lp, lp / length_penalty(length, cfg.length_penalty)))
+        alive_lp_AN, pick_AN = top_lp_A2N.masked_fill(is_eos_A2N, float("-inf")).topk(N, dim=1)
+        first_row_A1 = torch.arange(A, device=device)[:, None] * N
+        rows = (first_row_A1 + origin_A2N.gather(1, pick_AN)).view(-1)  # (A*N,)
+        tokens_ANT = torch.cat([tokens_ANT[rows], token_A2N.gather(1, pick_AN).view(-1, 1)], 1)
         cache.reorder(rows)
-        for b in range(B):
-            done_B[b] = done_B[b] or len(finished[b]) >= N or length >= int(max_len_B[b])
+        still = [a for a in range(A)
+                 if len(finished[active[a]]) < N and length < int(max_len_A[a])]
+        if len(still) < A:  # drop the sentences that are done
+            keep_A = torch.tensor(still, dtype=torch.long, device=device)
+            keep_rows = (keep_A[:, None] * N + torch.arange(N, device=device)).view(-1)
+            tokens_ANT, alive_lp_AN = tokens_ANT[keep_rows], alive_lp_AN[keep_A]
+            max_len_A = max_len_A[keep_A]
+            cache.keep_sources(keep_A)
+            active = [active[a] for a in still]
     return [sorted(hyps, key=lambda h: -h.score)[: cfg.n_best] for hyps in finished]
 
 

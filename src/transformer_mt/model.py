@@ -248,6 +248,14 @@ class DecoderCache:
         for cache in self.self_kv:
             cache.reorder(index_B)
 
+    def keep_sources(self, index_A: Tensor) -> None:
+        """Keep only sources index_A (and their `beams` rows each): finished sentences leave."""
+        self.cross_kvs = [(k.index_select(0, index_A), v.index_select(0, index_A))
+                          for k, v in self.cross_kvs]
+        self.cross_mask = self.cross_mask.index_select(0, index_A)
+        beam_A1 = torch.arange(self.beams, device=index_A.device)[None, :]
+        self.reorder((index_A[:, None] * self.beams + beam_A1).view(-1))
+
 
 class Transformer(nn.Module):
     """Encoder-decoder Transformer (Figure 1) over one shared vocabulary."""
