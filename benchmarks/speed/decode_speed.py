@@ -10,7 +10,6 @@ per process (engines.py).
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import time
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from engines import build
+from engines import build, emit
 
 from transformer_mt.config import load_config
 from transformer_mt.data import ParallelData
@@ -67,11 +66,7 @@ def main(argv: list[str] | None = None) -> dict:
         latencies = [timed(lambda s=s: engine.decode(s, beam=4, length=args.length))
                      for s in singles]
         result["beam4_latency_ms"] = 1000 * statistics.median(latencies)
-    print(json.dumps(result))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
-    return result
+    return emit(result, args.json)
 
 
 if __name__ == "__main__":

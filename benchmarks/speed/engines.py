@@ -7,7 +7,9 @@ output length forced to `length` tokens (so that random models do identical work
 
 from __future__ import annotations
 
+import json
 import math
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -221,3 +223,22 @@ def build(engine: str, cfg: ModelConfig, *, dtype: str, threads: int, device: st
         return CTranslate2(cfg, compute_type={"fp32": "float32", "int8": "int8"}[dtype],
                            threads=threads)
     raise ValueError(f"unknown engine {engine!r}")
+
+
+def git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True, cwd=Path(__file__).parent).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def emit(result: dict, path: Path | None) -> dict:
+    """One measurement, with the commit: a JSON line on stdout (run.sh collects them) and,
+    with `path`, a JSON file."""
+    result = result | {"commit": git_commit()}
+    print(json.dumps(result))
+    if path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(result, indent=2) + "\n")
+    return result

@@ -13,16 +13,14 @@ peak in the same dtype. One configuration per process.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import resource
 import statistics
-import subprocess
 import time
 from pathlib import Path
 
 import torch
-from engines import build
+from engines import build, emit
 from torch.utils.flop_counter import FlopCounterMode
 
 from transformer_mt.config import ModelConfig, load_config
@@ -68,14 +66,6 @@ def step_flops(cfg: ModelConfig, batch_shapes: list[tuple[int, int, int]]) -> li
             model(src, tgt).sum().backward()
         out.append(counter.get_total_flops())
     return out
-
-
-def git_commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=True, cwd=Path(__file__).parent).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -124,7 +114,7 @@ def main(argv: list[str] | None = None) -> dict:
         "engine": engine.name, "shape": args.shape, "dtype": args.dtype,
         "device": torch.cuda.get_device_name(device) if device.type == "cuda"
         else platform.processor() or platform.machine(),
-        "threads": torch.get_num_threads(), "torch": torch.__version__, "commit": git_commit(),
+        "threads": torch.get_num_threads(), "torch": torch.__version__,
         "max_tokens": args.max_tokens, "timed_steps": len(times),
         "median_step_s": statistics.median(times),
         "tokens_per_s": sum(tokens) / sum(times),
@@ -135,11 +125,7 @@ def main(argv: list[str] | None = None) -> dict:
         "peak_gpu_mib": torch.cuda.max_memory_allocated(device) / 2**20
         if device.type == "cuda" else None,
     }
-    print(json.dumps(result))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
-    return result
+    return emit(result, args.json)
 
 
 if __name__ == "__main__":
