@@ -279,3 +279,15 @@ def test_sentences_done_early_leave_the_batch_without_changing_the_others():
         alone = beam_search(model, row[None, :n], cfg)[0]
         assert [h.tokens for h in hyps] == [h.tokens for h in alone]
         assert [h.score for h in hyps] == pytest.approx([h.score for h in alone], abs=1e-5)
+
+
+def test_greedy_rows_that_finish_leave_the_batch_without_changing_the_others():
+    model = tiny_model(seed=8)
+    src = random_batch(13, 4, 9, lengths=[2, 9, 4, 7])
+    cfg = DecodeConfig(strategy="greedy", max_length_offset=3)
+    together = greedy_search(model, src, cfg)
+    for row, hyps in zip(src, together, strict=True):
+        n = int(row.ne(PAD).sum())
+        alone = greedy_search(model, row[None, :n], cfg)[0]
+        assert hyps[0].tokens == alone[0].tokens
+        assert hyps[0].log_prob == pytest.approx(alone[0].log_prob, abs=1e-5)

@@ -7,7 +7,7 @@ EOS is forced, so every hypothesis ends.
 
 The `model` argument needs only `cfg` (pad/bos/eos ids), `encode`, `new_cache` (whose cache has
 `reorder` and `keep_sources`) and `decode`, so tests can pass a fake model with hand-written
-log-probability tables. Beam search drops sentences from the batch as soon as they are done.
+log-probability tables. Finished sentences leave the batch at once.
 """
 
 # B batch  S source len  T target len  V vocab  N beam
@@ -67,30 +67,33 @@ def _next_log_probs(model, tokens_BT: Tensor, memory, cache, max_len_B: Tensor,
 
 def _sequential_search(model, src_BS: Tensor, cfg: DecodeConfig,
                        choose: Callable[[Tensor], Tensor]) -> list[list[Hypothesis]]:
-    """One hypothesis per sentence, the next token picked by `choose(logp_BV) -> (B,)`."""
+    """One hypothesis per sentence, the next token picked by `choose(logp_AV) -> (A,)` for the
+    A sentences still decoding; a sentence leaves the batch (and the caches) at its EOS."""
     mcfg = model.cfg
     memory = model.encode(src_BS)
     cache = model.new_cache(memory)
-    B = src_BS.size(0)
-    max_len_B = max_output_lengths(src_BS, mcfg.pad_id, cfg)
-    tokens_BT = torch.full((B, 1), mcfg.bos_id, dtype=torch.long, device=src_BS.device)
-    log_prob_B = torch.zeros(B, device=src_BS.device)
-    length_B = torch.zeros(B, dtype=torch.long, device=src_BS.device)
-    finished_B = torch.zeros(B, dtype=torch.bool, device=src_BS.device)
-    while not finished_B.all():
-        logp_BV = _next_log_probs(model, tokens_BT, memory, cache, max_len_B, cfg.min_length)
-        next_B = choose(logp_BV).masked_fill(finished_B, mcfg.pad_id)
-        step_lp_B = logp_BV.gather(1, next_B[:, None]).squeeze(1)
-        log_prob_B += step_lp_B.masked_fill(finished_B, 0.0)
-        length_B += (~finished_B).long()
-        tokens_BT = torch.cat([tokens_BT, next_B[:, None]], dim=1)
-        finished_B |= next_B.eq(mcfg.eos_id)
-    hyps = []
-    for b in range(B):
-        n = int(length_B[b])
-        lp = float(log_prob_B[b])
-        hyps.append([Hypothesis(tokens_BT[b, 1:n].tolist(), lp,
-                                lp / length_penalty(n, cfg.length_penalty))])
+    B, device = src_BS.size(0), src_BS.device
+    active_A = torch.arange(B, device=device)  # the sentence in each row
+    max_len_A = max_output_lengths(src_BS, mcfg.pad_id, cfg)
+    tokens_AT = torch.full((B, 1), mcfg.bos_id, dtype=torch.long, device=device)
+    log_prob_A = torch.zeros(B, device=device)
+    hyps: list[list[Hypothesis]] = [[] for _ in range(B)]
+    while len(active_A):
+        logp_AV = _next_log_probs(model, tokens_AT, memory, cache, max_len_A, cfg.min_length)
+        next_A = choose(logp_AV)
+        log_prob_A += logp_AV.gather(1, next_A[:, None]).squeeze(1)
+        tokens_AT = torch.cat([tokens_AT, next_A[:, None]], dim=1)
+        done_A = next_A.eq(mcfg.eos_id)
+        if bool(done_A.any()):
+            n = tokens_AT.size(1) - 1  # tokens of the output, EOS included
+            for a in done_A.nonzero().flatten().tolist():
+                lp = float(log_prob_A[a])
+                hyps[int(active_A[a])] = [Hypothesis(tokens_AT[a, 1:n].tolist(), lp,
+                                                     lp / length_penalty(n, cfg.length_penalty))]
+            keep_A = (~done_A).nonzero().flatten()
+            active_A, tokens_AT = active_A[keep_A], tokens_AT[keep_A]
+            log_prob_A, max_len_A = log_prob_A[keep_A], max_len_A[keep_A]
+            cache.keep_sources(keep_A)
     return hyps
 
 
