@@ -46,63 +46,48 @@ def median(results: dict, key: str, metric: str) -> float | None:
     return entry["median"] if entry else None
 
 
-def ratios(train: dict, decode: dict, shapes: list[str]) -> dict:
+HF, TORCH = "hf-marian", "torch.nn.Transformer"
+CT2_FP32, CT2_INT8 = "ctranslate2-float32/fp32", "ctranslate2-int8/int8"
+OURS_FP32, OURS_BF16 = "transformer-mt/fp32", "transformer-mt/bf16"
+# name, table, ours, peers (the best of them: the highest value), metric, target of issue 5;
+# the bf16_* rows compare our bf16 decoding (--bf16) with the peers' reduced precision
+RATIOS = [
+    ("train_fp32_vs_fastest_peer_fp32", "train", OURS_FP32, [f"{HF}/fp32", f"{TORCH}/fp32"],
+     "tokens_per_s", ">= 1.15 small, 1.05 base"),
+    ("train_bf16_vs_fastest_peer_bf16", "train", OURS_BF16, [f"{HF}/bf16", f"{TORCH}/bf16"],
+     "tokens_per_s", ">= 1.3"),
+    ("train_bf16_vs_fastest_peer_fp32", "train", OURS_BF16, [f"{HF}/fp32", f"{TORCH}/fp32"],
+     "tokens_per_s", ">= 2.5"),
+    ("peak_rss_vs_hf_fp32", "train", OURS_FP32, [f"{HF}/fp32"], "peak_rss_mib", "<= 1.0"),
+    ("beam4_vs_hf_generate", "decode", OURS_FP32, [f"{HF}/fp32"], "beam4_sentences_per_s",
+     ">= 2.5"),
+    ("beam4_vs_best_ctranslate2", "decode", OURS_FP32, [CT2_FP32, CT2_INT8],
+     "beam4_sentences_per_s", ">= 1.0"),
+    ("greedy_vs_ctranslate2_float32", "decode", OURS_FP32, [CT2_FP32],
+     "greedy_sentences_per_s", ">= 1.0"),
+    ("beam4_latency_vs_ctranslate2_float32", "decode", OURS_FP32, [CT2_FP32],
+     "beam4_latency_ms", "<= 1.5"),
+    ("bf16_beam4_vs_hf_generate_bf16", "decode", OURS_BF16, [f"{HF}/bf16"],
+     "beam4_sentences_per_s", "like for like"),
+    ("bf16_beam4_vs_ctranslate2_int8", "decode", OURS_BF16, [CT2_INT8],
+     "beam4_sentences_per_s", "like for like"),
+    ("bf16_greedy_vs_ctranslate2_float32", "decode", OURS_BF16, [CT2_FP32],
+     "greedy_sentences_per_s", ">= 1.0 with --bf16"),
+    ("bf16_beam4_latency_vs_ctranslate2_float32", "decode", OURS_BF16, [CT2_FP32],
+     "beam4_latency_ms", "<= 1.5 with --bf16"),
+]
+
+
+def ratios(tables: dict[str, dict], shapes: list[str]) -> dict:
     """Our figures over the best peer's, per target of issue 5 (None where not measured)."""
     out = {}
-    def best(results, shape, engines, metric):
-        values = [v for e in engines if (v := median(results, f"{shape}/{e}", metric))]
-        return max(values) if values else None
-
     for shape in shapes:
-        peers_fp32 = ["hf-marian/fp32", "torch.nn.Transformer/fp32"]
-        peers_bf16 = ["hf-marian/bf16", "torch.nn.Transformer/bf16"]
-        ours_fp32 = median(train, f"{shape}/transformer-mt/fp32", "tokens_per_s")
-        ours_bf16 = median(train, f"{shape}/transformer-mt/bf16", "tokens_per_s")
-        ct2 = ["ctranslate2-float32/fp32", "ctranslate2-int8/int8"]
-        ours_beam = median(decode, f"{shape}/transformer-mt/fp32", "beam4_sentences_per_s")
-        ours_greedy = median(decode, f"{shape}/transformer-mt/fp32", "greedy_sentences_per_s")
-        ours_latency = median(decode, f"{shape}/transformer-mt/fp32", "beam4_latency_ms")
-        bf16_beam = median(decode, f"{shape}/transformer-mt/bf16", "beam4_sentences_per_s")
-        bf16_greedy = median(decode, f"{shape}/transformer-mt/bf16", "greedy_sentences_per_s")
-        bf16_latency = median(decode, f"{shape}/transformer-mt/bf16", "beam4_latency_ms")
-
-        def ratio(a, b):
-            return round(a / b, 3) if a and b else None
-
-        out[shape] = {
-            "train_fp32_vs_fastest_peer_fp32": ratio(ours_fp32, best(train, shape, peers_fp32,
-                                                                       "tokens_per_s")),
-            "train_bf16_vs_fastest_peer_bf16": ratio(ours_bf16, best(train, shape, peers_bf16,
-                                                                       "tokens_per_s")),
-            "train_bf16_vs_fastest_peer_fp32": ratio(ours_bf16, best(train, shape, peers_fp32,
-                                                                       "tokens_per_s")),
-            "peak_rss_vs_hf_fp32": ratio(median(train, f"{shape}/transformer-mt/fp32",
-                                                "peak_rss_mib"),
-                                         median(train, f"{shape}/hf-marian/fp32",
-                                                "peak_rss_mib")),
-            "beam4_vs_hf_generate": ratio(ours_beam, median(decode, f"{shape}/hf-marian/fp32",
-                                                            "beam4_sentences_per_s")),
-            "beam4_vs_best_ctranslate2": ratio(ours_beam, best(decode, shape, ct2,
-                                                               "beam4_sentences_per_s")),
-            "greedy_vs_ctranslate2_float32": ratio(
-                ours_greedy, median(decode, f"{shape}/ctranslate2-float32/fp32",
-                                    "greedy_sentences_per_s")),
-            "beam4_latency_vs_ctranslate2_float32": ratio(
-                ours_latency, median(decode, f"{shape}/ctranslate2-float32/fp32",
-                                     "beam4_latency_ms")),
-            # our bf16 decoding (--bf16) against the peers' reduced precision
-            "bf16_beam4_vs_hf_generate_bf16": ratio(
-                bf16_beam, median(decode, f"{shape}/hf-marian/bf16", "beam4_sentences_per_s")),
-            "bf16_beam4_vs_ctranslate2_int8": ratio(
-                bf16_beam, median(decode, f"{shape}/ctranslate2-int8/int8",
-                                  "beam4_sentences_per_s")),
-            "bf16_greedy_vs_ctranslate2_float32": ratio(
-                bf16_greedy, median(decode, f"{shape}/ctranslate2-float32/fp32",
-                                    "greedy_sentences_per_s")),
-            "bf16_beam4_latency_vs_ctranslate2_float32": ratio(
-                bf16_latency, median(decode, f"{shape}/ctranslate2-float32/fp32",
-                                     "beam4_latency_ms")),
-        }
+        out[shape] = {}
+        for name, table, ours, peers, metric, _ in RATIOS:
+            mine = median(tables[table], f"{shape}/{ours}", metric)
+            theirs = [v for peer in peers
+                      if (v := median(tables[table], f"{shape}/{peer}", metric))]
+            out[shape][name] = round(mine / max(theirs), 3) if mine and theirs else None
     return out
 
 
@@ -140,16 +125,7 @@ def markdown(meta: dict, train: dict, decode: dict, rat: dict) -> str:
                      f"{fmt(e.get('beam4_latency_ms'), 1)} |")
     lines += ["", "## Ratios (ours / peer; issue 5 targets in brackets)", "",
               "| shape | ratio | value |", "|---|---|---|"]
-    targets = {"train_fp32_vs_fastest_peer_fp32": ">= 1.15 small, 1.05 base",
-               "train_bf16_vs_fastest_peer_bf16": ">= 1.3",
-               "train_bf16_vs_fastest_peer_fp32": ">= 2.5",
-               "peak_rss_vs_hf_fp32": "<= 1.0", "beam4_vs_hf_generate": ">= 2.5",
-               "beam4_vs_best_ctranslate2": ">= 1.0", "greedy_vs_ctranslate2_float32": ">= 1.0",
-               "beam4_latency_vs_ctranslate2_float32": "<= 1.5",
-               "bf16_beam4_vs_hf_generate_bf16": "like for like",
-               "bf16_beam4_vs_ctranslate2_int8": "like for like",
-               "bf16_greedy_vs_ctranslate2_float32": ">= 1.0 with --bf16",
-               "bf16_beam4_latency_vs_ctranslate2_float32": "<= 1.5 with --bf16"}
+    targets = {name: target for name, *_, target in RATIOS}
     for shape, values in rat.items():
         for name, value in values.items():
             lines.append(f"| {shape} | {name} [{targets[name]}] | {value} |")
@@ -168,7 +144,7 @@ def main(out: Path) -> None:
             "transformers": transformers.__version__, "ctranslate2": ctranslate2.__version__,
             "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"],
                                      capture_output=True, text=True).stdout.strip()}
-    rat = ratios(train, decode, shapes)
+    rat = ratios({"train": train, "decode": decode}, shapes)
     results = {"machine": meta, "train": train, "decode": decode, "ratios": rat}
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     (out / "README.md").write_text(markdown(meta, train, decode, rat))
