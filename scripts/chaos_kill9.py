@@ -46,8 +46,9 @@ def sha256(path: Path) -> str:
 
 def unloadable(run: Path) -> list[str]:
     """Checkpoints under a final name that do not verify or do not load."""
-    bad = [p.name for p in step_dirs(run) if p not in checkpoint_dirs(run)]
-    for path in checkpoint_dirs(run):
+    valid = checkpoint_dirs(run)  # verifies every manifest once
+    bad = [p.name for p in step_dirs(run) if p not in valid]
+    for path in valid:
         config = json.loads((path / "config.json").read_text())
         model = Transformer(config_from_dict(ModelConfig, config["model"], "model"))
         try:

@@ -195,15 +195,22 @@ def prune(run_dir: Path, *, keep_last: int, keep: Path) -> None:
             shutil.rmtree(old)
 
 
-def load_checkpoint(path: Path, model: Transformer, optimizer: torch.optim.Adam) -> dict:
-    """Restore model, optimizer and every random generator from checkpoint `path`; returns its
-    training state (without the random states)."""
+def load_checkpoint(path: Path, model: Transformer, optimizer: torch.optim.Adam, *,
+                    rank: int = 0) -> dict:
+    """Restore model, optimizer and every random generator from checkpoint `path` (torch's
+    generator: the one saved for `rank` of a distributed run); returns its training state
+    (without the random states)."""
     assign_weights(model, read_weights(path / WEIGHTS_FILE), path / WEIGHTS_FILE)
     extra = read_weights(path / OPTIMIZER_FILE)
     load_optimizer_tensors(model, optimizer, extra, path / OPTIMIZER_FILE)
     state = read_state(path)
     if "rng" not in state:
         raise ModelLoadError(f"{path / STATE_FILE}: missing key 'rng' (the random states)")
+    if rank > 0:
+        key = f"rng.torch.rank{rank}"
+        if key not in extra:
+            raise ModelLoadError(f"{path / OPTIMIZER_FILE}: no '{key}' random state")
+        extra = extra | {"rng.torch": extra[key]}
     try:
         rng_state.restore(state.pop("rng"), extra, str(path))
     except KeyError as err:

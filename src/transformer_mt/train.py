@@ -20,7 +20,6 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.parallel import DistributedDataParallel
 
 from .checkpoint import (
-    OPTIMIZER_FILE,
     STATE_FILE,
     clean_temporaries,
     latest_checkpoint,
@@ -34,7 +33,6 @@ from .distributed import World, all_sum, any_rank, gather_rng, init_world, shutd
 from .evaluate import sacrebleu_scores
 from .metrics import MetricsLog, plot_curves
 from .model import Transformer
-from .model_io import read_weights
 from .translator import Translator
 
 log = logging.getLogger(__name__)
@@ -149,7 +147,6 @@ class Progress:
             self.bar.close()
 
 
-
 # Train settings that may change when a run is resumed: budgets, cadence, device and threads.
 RESUMABLE_TRAIN_KEYS = {"max_steps", "max_epochs", "max_minutes", "log_every", "valid_every",
                         "valid_bleu", "save_every", "save_every_minutes", "keep_last", "threads",
@@ -228,16 +225,14 @@ def resume(path: Path, model: Transformer, optimizer: torch.optim.Optimizer,
             " (use another --run-dir, or --ignore-mismatch to resume anyway)")
     if differences:
         log.warning("resuming despite differences: %s", "; ".join(differences))
-    state = load_checkpoint(path, model, optimizer)
-    if world.rank > 0:  # rank 0's generators were restored above; this rank's own:
-        torch.set_rng_state(read_weights(path / OPTIMIZER_FILE)[f"rng.torch.rank{world.rank}"])
+    state = load_checkpoint(path, model, optimizer, rank=world.rank)
     if state["grad_scaler"] and scaler.is_enabled():
         scaler.load_state_dict(state["grad_scaler"])
     log.info("resuming from %s (step %d)", path, state["step"])
     return state | {"fingerprint": fresh["fingerprint"]}
 
 
-def precision(tcfg, device: torch.device) -> contextlib.ExitStack:
+def precision(tcfg: TrainConfig, device: torch.device) -> contextlib.ExitStack:
     """Autocast (bf16, or fp16 with the loss scaler) and, on CPU, the attention kernel."""
     stack = contextlib.ExitStack()
     stack.enter_context(torch.autocast(device.type, enabled=tcfg.bf16 or tcfg.fp16,
