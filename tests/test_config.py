@@ -39,6 +39,18 @@ def test_overrides_and_yaml_file(tmp_path):
     assert cfg.model.d_model == 128 and cfg.model.dropout == 0.0
 
 
+def test_exponent_floats_without_a_dot(tmp_path):
+    """YAML 1.1 reads 1e-8 as a string; a config means a float (and an int stays an int)."""
+    path = tmp_path / "eps.yaml"
+    path.write_text("train:\n  adam_eps: 1e-8\n  lr_scale: 2E+0\n  warmup_steps: 100\n")
+    cfg = load_config(path, ["train.label_smoothing=5e-2", "model.dropout=-0.0e0"])
+    assert cfg.train.adam_eps == 1e-8 and cfg.train.lr_scale == 2.0
+    assert cfg.train.label_smoothing == 0.05 and cfg.model.dropout == 0.0
+    assert cfg.train.warmup_steps == 100 and type(cfg.train.warmup_steps) is int
+    with pytest.raises(ConfigError, match="'train.warmup_steps' must be int, got 1000.0"):
+        load_config(path, ["train.warmup_steps=1e3"])
+
+
 @pytest.mark.parametrize("override, message", [
     ("model.d_modle=3", "unknown config key 'model.d_modle'"),
     ("trian.steps=3", "unknown config key 'trian'"),

@@ -8,6 +8,7 @@ the wrong type are errors that name the key.
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -253,6 +254,22 @@ def preset_names() -> list[str]:
     return sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))
 
 
+class _YamlLoader(yaml.SafeLoader):
+    """PyYAML reads YAML 1.1, where `1e-9` (no dot) is a string; YAML 1.2, and anyone writing
+    `adam_eps: 1e-9`, means a float."""
+
+
+_YamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def _read_yaml(text: str) -> Any:
+    return yaml.load(text, Loader=_YamlLoader)
+
+
 def load_config(preset_or_yaml: str | Path = "base", overrides: list[str] = ()) -> Config:
     """Read a preset name or YAML path, then apply `section.key=value` overrides (YAML values)."""
     path = Path(preset_or_yaml)
@@ -263,7 +280,7 @@ def load_config(preset_or_yaml: str | Path = "base", overrides: list[str] = ()) 
                 f"unknown preset '{preset_or_yaml}' (presets: {', '.join(preset_names())})"
             )
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        data = _read_yaml(path.read_text(encoding="utf-8")) or {}
     except (OSError, yaml.YAMLError) as err:
         raise ConfigError(f"{path}: cannot read config: {err}") from None
     if not isinstance(data, dict):
@@ -278,7 +295,7 @@ def load_config(preset_or_yaml: str | Path = "base", overrides: list[str] = ()) 
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
                 raise ConfigError(f"override '{override}': '{part}' is not a section")
-        node[leaf] = yaml.safe_load(raw)
+        node[leaf] = _read_yaml(raw)
     try:
         return config_from_dict(Config, data)
     except ConfigError as err:
