@@ -58,3 +58,31 @@ def test_vocabulary_round_trip_and_special_ids(multi30k_vocab):
     ids = multi30k_vocab.encode(text)
     assert multi30k_vocab.decode(ids) == text
     assert min(ids) > 3  # 0..3 are pad, unk, bos, eos and never produced by encode
+
+
+def test_int8_decoding_approximates_float_and_leaves_the_model_alone(multi30k_vocab):
+    translator = make_translator(multi30k_vocab)
+    model = translator.model
+    n_linear = sum(type(m) is torch.nn.Linear for m in model.modules())
+    int8 = Translator(model, multi30k_vocab, DecodeConfig(int8=True, max_length_offset=8))
+    quantized = [m for m in int8.model.modules()
+                 if isinstance(m, torch.ao.nn.quantized.dynamic.Linear)]
+    assert len(quantized) == n_linear == 2 * (4 + 2) + 2 * (8 + 2) + 1  # attention, FFN, output
+    assert sum(type(m) is torch.nn.Linear for m in model.modules()) == n_linear  # a copy
+    torch.manual_seed(1)
+    src, tgt = torch.randint(4, len(multi30k_vocab), (3, 9)), torch.randint(4, 100, (3, 7))
+    with torch.no_grad():
+        exact, approx = model(src, tgt), int8.model(src, tgt)
+    assert 0 < (approx - exact).norm() / exact.norm() < 0.05
+    outputs = int8.translate(SENTENCES)
+    assert len(outputs) == len(SENTENCES) and all(isinstance(o, str) for o in outputs)
+
+
+def test_int8_is_cpu_only_and_not_with_bf16(multi30k_vocab):
+    with pytest.raises(ValueError, match="bf16 and decode.int8 are exclusive"):
+        DecodeConfig(int8=True, bf16=True)
+    with torch.device("meta"):
+        model = Transformer(ModelConfig(vocab_size=len(multi30k_vocab), d_model=32, n_heads=4,
+                                        d_ff=64, n_encoder_layers=1, n_decoder_layers=1))
+    with pytest.raises(ValueError, match="int8 runs on the CPU only"):
+        Translator(model, multi30k_vocab, DecodeConfig(int8=True))

@@ -21,6 +21,7 @@ from transformer_mt.config import DecodeConfig, ModelConfig, TrainConfig
 from transformer_mt.decoding import generate
 from transformer_mt.model import Transformer, sinusoidal_positions
 from transformer_mt.train import forward_backward, make_optimizer, precision
+from transformer_mt.translator import quantize_int8
 
 
 def adam(model: nn.Module) -> torch.optim.Adam:
@@ -41,6 +42,7 @@ class Ours:
         self.tcfg = TrainConfig(bf16=dtype == "bf16", fp16=dtype == "fp16", max_steps=1)
         self.optimizer = make_optimizer(self.model, self.tcfg)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.tcfg.fp16)
+        self.int8 = dtype == "int8"  # decoding only: translate --int8
 
     def train_step(self, src, tgt_in, tgt_out, n_target) -> None:
         for group in self.optimizer.param_groups:
@@ -57,8 +59,12 @@ class Ours:
         self.model.eval()
         cfg = DecodeConfig(strategy="beam" if beam > 1 else "greedy", beam_size=beam,
                            min_length=length, max_length=length)
+        model = self.model
+        if self.int8:
+            self.quantized = getattr(self, "quantized", None) or quantize_int8(self.model)
+            model = self.quantized
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.tcfg.bf16):
-            generate(self.model, src, cfg)
+            generate(model, src, cfg)
 
 
 def marian_config(cfg: ModelConfig):
@@ -211,7 +217,8 @@ class TorchTransformer(nn.Module):
 
 
 def build(engine: str, cfg: ModelConfig, *, dtype: str, threads: int, device: str = "cpu"):
-    """An engine by name: ours, marian, torch (any dtype of fp32/bf16), ct2 (fp32/int8)."""
+    """An engine by name: ours, marian, torch (any dtype of fp32/bf16; ours also int8 for
+    decoding), ct2 (fp32/int8)."""
     bf16 = dtype == "bf16"
     if engine == "ours":
         return Ours(cfg, dtype=dtype, device=device)

@@ -49,8 +49,10 @@ def median(results: dict, key: str, metric: str) -> float | None:
 HF, TORCH = "hf-marian", "torch.nn.Transformer"
 CT2_FP32, CT2_INT8 = "ctranslate2-float32/fp32", "ctranslate2-int8/int8"
 OURS_FP32, OURS_BF16 = "transformer-mt/fp32", "transformer-mt/bf16"
+OURS_INT8 = "transformer-mt/int8"
 # name, table, ours, peers (the best of them: the highest value), metric, target of issue 5;
-# the bf16_* rows compare our bf16 decoding (--bf16) with the peers' reduced precision
+# the bf16_* and int8_* rows compare our reduced-precision decoding (--bf16, --int8) with the
+# peers' reduced precision
 RATIOS = [
     ("train_fp32_vs_fastest_peer_fp32", "train", OURS_FP32, [f"{HF}/fp32", f"{TORCH}/fp32"],
      "tokens_per_s", ">= 1.15 small, 1.05 base"),
@@ -75,6 +77,14 @@ RATIOS = [
      "greedy_sentences_per_s", ">= 1.0 with --bf16"),
     ("bf16_beam4_latency_vs_ctranslate2_float32", "decode", OURS_BF16, [CT2_FP32],
      "beam4_latency_ms", "<= 1.5 with --bf16"),
+    ("int8_beam4_vs_hf_generate", "decode", OURS_INT8, [f"{HF}/fp32", f"{HF}/bf16"],
+     "beam4_sentences_per_s", ">= 2.5 with --int8"),
+    ("int8_beam4_vs_best_ctranslate2", "decode", OURS_INT8, [CT2_FP32, CT2_INT8],
+     "beam4_sentences_per_s", ">= 1.0 with --int8"),
+    ("int8_greedy_vs_ctranslate2_float32", "decode", OURS_INT8, [CT2_FP32],
+     "greedy_sentences_per_s", ">= 1.0 with --int8"),
+    ("int8_beam4_latency_vs_ctranslate2_float32", "decode", OURS_INT8, [CT2_FP32],
+     "beam4_latency_ms", "<= 1.5 with --int8"),
 ]
 
 

@@ -19,7 +19,7 @@ for run in $(seq 1 "$RUNS"); do
       python3 "$HERE/train_speed.py" --data "$DATA" --engine "$1" --dtype "$2" --shape "$shape" \
         --warmup 3 --steps 10 2>/dev/null | tail -1 | sed "s/^{/{\"run\": $run, /" >> "$OUT/raw/train.jsonl"
     done
-    for spec in "ours fp32" "ours bf16" "marian fp32" "marian bf16" "ct2 fp32" "ct2 int8" \
+    for spec in "ours fp32" "ours bf16" "ours int8" "marian fp32" "marian bf16" "ct2 fp32" "ct2 int8" \
                 "torch fp32"; do
       set -- $spec
       python3 "$HERE/decode_speed.py" --data "$DATA" --engine "$1" --dtype "$2" --shape "$shape" \

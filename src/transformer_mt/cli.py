@@ -42,7 +42,8 @@ def _translate(args: argparse.Namespace) -> int:
 
     overrides = {k: v for k, v in (("beam_size", args.beam_size), ("n_best", args.n_best),
                                    ("strategy", args.strategy), ("length_penalty", args.alpha),
-                                   ("batch_size", args.batch_size), ("bf16", args.bf16))
+                                   ("batch_size", args.batch_size), ("bf16", args.bf16),
+                                   ("int8", args.int8))
                  if v is not None}
     model_dir = resolve_model_dir(args.model)
     log.info("translating with %s", model_dir)
@@ -247,6 +248,9 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--bf16", action="store_true", default=None,
                     help="decode under bfloat16 autocast (faster on CPUs with bf16 units; "
                          "benchmarks/results/speed gives its BLEU change)")
+    tr.add_argument("--int8", action="store_true", default=None,
+                    help="CPU only: int8 linear layers with dynamically quantised activations "
+                         "(faster beam search; benchmarks/results/speed gives its BLEU change)")
     tr.set_defaults(func=_translate)
     return parser
 

@@ -102,9 +102,12 @@ class DecodeConfig:
     top_p: float = 1.0  # sampling only; nucleus mass kept
     seed: int = 0  # sampling only
     bf16: bool = False  # bfloat16 autocast while decoding; not in the paper
+    int8: bool = False  # CPU only: int8 weights, activations quantised per batch; not in paper
 
     def __post_init__(self):
         _check_positive(self, "beam_size", "n_best", "batch_size", "temperature")
+        if self.bf16 and self.int8:
+            raise ValueError("decode.bf16 and decode.int8 are exclusive: pick one")
         if self.n_best > self.beam_size and self.strategy == "beam":
             raise ValueError(f"decode.n_best={self.n_best} exceeds beam_size={self.beam_size}")
         if self.max_length_offset < 0:

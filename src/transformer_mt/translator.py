@@ -2,18 +2,34 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from torch import nn
 
 from .config import DecodeConfig
 from .decoding import Hypothesis, generate
 from .model import Transformer
 from .model_io import VOCAB_FILE, load_model
 from .vocab import Vocabulary
+
+
+def quantize_int8(model: Transformer) -> Transformer:
+    """An inference copy of `model` whose linear layers (the projections, the FFN and the
+    pre-softmax linear) hold int8 weights and quantise their inputs per batch (PyTorch's dynamic
+    quantisation, CPU only); embeddings, LayerNorm and attention stay float32."""
+    if next(model.parameters()).device.type != "cpu":
+        raise ValueError("decode.int8 runs on the CPU only; use bf16 on a GPU")
+    with warnings.catch_warnings():  # torch.ao.quantization announces its move to torchao
+        warnings.simplefilter("ignore")
+        from torch.ao.quantization import quantize_dynamic
+
+        return quantize_dynamic(copy.deepcopy(model).eval(), {nn.Linear}, dtype=torch.qint8)
 
 
 @dataclass(frozen=True)
@@ -33,9 +49,9 @@ class Translator:
                 f"vocabulary {vocab.path or ''} has {len(vocab)} pieces, the model expects "
                 f"{model.cfg.vocab_size}"
             )
-        self.model = model.eval()
         self.vocab = vocab
         self.decode_cfg = decode or DecodeConfig()
+        self.model = quantize_int8(model) if self.decode_cfg.int8 else model.eval()
 
     @classmethod
     def from_dir(cls, model_dir: str | Path, *, device: str = "cpu", **decode_overrides):

@@ -1,0 +1,66 @@
+"""BLEU and wall time of one model's test translations decoded in fp32, under bf16 autocast
+(translate --bf16) and with int8 linear layers (translate --int8), on this machine.
+
+    python benchmarks/multi30k/decode_precision.py --model runs/multi30k-en-de/run \\
+        --data ../shared/data --pair en-de \\
+        --json benchmarks/results/multi30k-en-de/decode_precision.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from transformer_mt.checkpoint import resolve_model_dir
+from transformer_mt.evaluate import evaluate_files, read_text
+from transformer_mt.translator import Translator
+
+MODES = {"fp32": {}, "bf16_autocast": {"bf16": True}, "int8_dynamic": {"int8": True}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", type=Path, required=True, help="model or run directory")
+    parser.add_argument("--data", type=Path, default=Path("../shared/data"))
+    parser.add_argument("--pair", default="en-de")
+    parser.add_argument("--json", type=Path, required=True)
+    args = parser.parse_args()
+    src, tgt = args.pair.split("-")
+    corpus = args.data / "multi30k"
+    sentences = read_text(corpus / f"test_2016_flickr.{src}.gz")
+    model_dir = resolve_model_dir(args.model)
+    out = {"model": str(model_dir), "test": f"test_2016_flickr {src}->{tgt}, "
+           f"{len(sentences):,} sentences, beam 4, alpha 0.6, batch 64",
+           "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], text=True,
+                                    capture_output=True).stdout.strip(),
+           "machine": f"{platform.machine()}, {torch.get_num_threads()} threads, "
+                      f"torch {torch.__version__}"}
+    hyps = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for mode, overrides in MODES.items():
+            translator = Translator.from_dir(model_dir, **overrides)
+            start = time.perf_counter()
+            hyps[mode] = translator.translate(sentences)
+            wall = time.perf_counter() - start
+            path = Path(tmp) / f"test.{mode}.{tgt}"
+            path.write_text("".join(h + "\n" for h in hyps[mode]), encoding="utf-8")
+            tok_ref = corpus / "tok" / f"test_2016_flickr.lc.norm.tok.{tgt}.gz"
+            scores = evaluate_files(hyp=path, ref=corpus / f"test_2016_flickr.{tgt}.gz", lang=tgt,
+                                    lowercase=True, tok_ref=tok_ref)
+            out[mode] = {"sacrebleu": scores.bleu, "chrf": scores.chrf,
+                         "tok_bleu_lc": scores.tok_bleu, "wall_s": round(wall, 2),
+                         "sentences_that_differ_from_fp32":
+                             sum(a != b for a, b in zip(hyps[mode], hyps["fp32"], strict=True))}
+            print(mode, out[mode], flush=True)
+    args.json.write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
