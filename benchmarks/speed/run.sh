@@ -1,26 +1,30 @@
 #!/usr/bin/env bash
 # Every engine side by side on this machine, each configuration in its own process, RUNS times;
 # then report.py writes results.json and README.md beside the raw JSONL.
-# Usage: benchmarks/speed/run.sh DATA_DIR [OUT_DIR] [RUNS] [SHAPES]
+# Usage: benchmarks/speed/run.sh DATA_DIR [OUT_DIR] [RUNS] [SHAPES] [PARTS]
 #   e.g. benchmarks/speed/run.sh runs/multi30k-en-de/data benchmarks/results/speed 3 "small base"
+#   PARTS: "train decode" (default), or one of them
 # DATA_DIR: Multi30k en-de prepared with an 8k vocabulary (benchmarks/multi30k/run.sh makes one).
 set -euo pipefail
 DATA=$1
 OUT=${2:-benchmarks/results/speed}
 RUNS=${3:-3}
 SHAPES=${4:-small base}
+PARTS=${5:-train decode}
 HERE=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$OUT/raw"
 export PYTHONWARNINGS=ignore TRANSFORMERS_VERBOSITY=error
 for run in $(seq 1 "$RUNS"); do
   for shape in $SHAPES; do
     for spec in "ours fp32" "ours bf16" "marian fp32" "marian bf16" "torch fp32" "torch bf16"; do
+      [[ " $PARTS " == *" train "* ]] || break
       set -- $spec
       python3 "$HERE/train_speed.py" --data "$DATA" --engine "$1" --dtype "$2" --shape "$shape" \
         --warmup 3 --steps 10 2>/dev/null | tail -1 | sed "s/^{/{\"run\": $run, /" >> "$OUT/raw/train.jsonl"
     done
     for spec in "ours fp32" "ours bf16" "ours int8" "marian fp32" "marian bf16" "ct2 fp32" "ct2 int8" \
                 "torch fp32"; do
+      [[ " $PARTS " == *" decode "* ]] || break
       set -- $spec
       python3 "$HERE/decode_speed.py" --data "$DATA" --engine "$1" --dtype "$2" --shape "$shape" \
         2>/dev/null | tail -1 | sed "s/^{/{\"run\": $run, /" >> "$OUT/raw/decode.jsonl"
