@@ -171,6 +171,21 @@ def test_positions_beyond_table_are_an_error():
         tiny_model()(torch.ones(1, 129, dtype=torch.long), torch.full((1, 2), 2))
 
 
+def test_qkv_init_gain_scales_only_the_query_key_value_projections():
+    plain, scaled = tiny_model(), tiny_model(qkv_init_gain=2**-0.5)  # same seed; fairseq init
+    qkv = (".w_q.", ".w_k.", ".w_v.")
+    n_scaled = 0
+    for (name, a), (_, b) in zip(plain.named_parameters(), scaled.named_parameters(), strict=True):
+        if any(part in name for part in qkv):
+            torch.testing.assert_close(b, a * 2**-0.5, rtol=0, atol=0)
+            n_scaled += 1
+        else:
+            assert torch.equal(a, b), name
+    assert n_scaled == 3 * (2 + 2 * 2)  # self-attention per encoder layer, self + cross per decoder
+    with pytest.raises(ValueError, match="qkv_init_gain"):
+        tiny_model(qkv_init_gain=0.0)
+
+
 def test_three_way_tying_and_untying():
     tied = tiny_model()
     assert tied.src_embed.tokens.weight is tied.tgt_embed.tokens.weight

@@ -42,6 +42,10 @@ class ModelConfig:
     activation: Literal["relu", "gelu", "silu"] = "relu"  # ReLU as in §3.3 eq. (2)
     attention_bias: bool = False  # the paper's projections W^Q, W^K, W^V, W^O have no bias
     layer_norm_eps: float = 1e-6  # tensor2tensor's value; the paper does not state one
+    # Glorot-uniform gain of W^Q, W^K, W^V (the paper states no initialisation): 1 as
+    # tensor2tensor; fairseq uses 1/sqrt(2), which post-norm at high learning rates needs
+    # (benchmarks/results/multi30k-sweep).
+    qkv_init_gain: float = 1.0
     # False: post-norm LayerNorm(x + Sublayer(x)) as in the paper.
     # True is a deviation (pre-norm, with a final LayerNorm on each stack).
     norm_first: bool = False
@@ -60,7 +64,7 @@ class ModelConfig:
 
     def __post_init__(self):
         _check_positive(self, "vocab_size", "d_model", "n_heads", "d_ff", "max_positions")
-        _check_positive(self, "n_encoder_layers", "n_decoder_layers")
+        _check_positive(self, "n_encoder_layers", "n_decoder_layers", "qkv_init_gain")
         if self.d_k is None and self.d_model % self.n_heads:
             raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
         for name in ("d_k", "d_v"):

@@ -279,8 +279,9 @@ class Transformer(nn.Module):
 
     def init_weights(self) -> None:
         """The paper does not state an initialisation. Like tensor2tensor and fairseq: Glorot
-        uniform for projections, zero biases, N(0, d_model^-0.5) for embeddings (so that scaled
-        by sqrt(d_model) they have unit variance)."""
+        uniform for projections (W^Q, W^K, W^V times cfg.qkv_init_gain), zero biases,
+        N(0, d_model^-0.5) for embeddings (so that scaled by sqrt(d_model) they have unit
+        variance)."""
         for module in self.modules():
             if isinstance(module, nn.Linear):
                 nn.init.xavier_uniform_(module.weight)
@@ -288,6 +289,11 @@ class Transformer(nn.Module):
                     nn.init.zeros_(module.bias)
             elif isinstance(module, nn.Embedding):
                 nn.init.normal_(module.weight, mean=0.0, std=self.cfg.d_model**-0.5)
+        with torch.no_grad():  # Glorot with gain g is g x Glorot: the same random draws
+            for module in self.modules():
+                if isinstance(module, MultiHeadAttention):
+                    for projection in (module.w_q, module.w_k, module.w_v):
+                        projection.weight.mul_(self.cfg.qkv_init_gain)
 
     def encode(self, src_BS: Tensor) -> Memory:
         """Source ids (B, S), padded with pad_id -> Memory with states (B, S, D)."""
