@@ -12,14 +12,13 @@ import argparse
 import json
 import platform
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
 import torch
 
 from transformer_mt.checkpoint import resolve_model_dir
-from transformer_mt.evaluate import evaluate_files, read_text
+from transformer_mt.evaluate import read_text, sacrebleu_scores, tokenized_bleu
 from transformer_mt.translator import Translator
 
 MODES = {"fp32": {}, "bf16_autocast": {"bf16": True}, "int8_dynamic": {"int8": True}}
@@ -42,23 +41,22 @@ def main() -> None:
                                     capture_output=True).stdout.strip(),
            "machine": f"{platform.machine()}, {torch.get_num_threads()} threads, "
                       f"torch {torch.__version__}"}
+    refs = read_text(corpus / f"test_2016_flickr.{tgt}.gz")
+    tok_refs = read_text(corpus / "tok" / f"test_2016_flickr.lc.norm.tok.{tgt}.gz")
     hyps = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for mode, overrides in MODES.items():
-            translator = Translator.from_dir(model_dir, **overrides)
-            start = time.perf_counter()
-            hyps[mode] = translator.translate(sentences)
-            wall = time.perf_counter() - start
-            path = Path(tmp) / f"test.{mode}.{tgt}"
-            path.write_text("".join(h + "\n" for h in hyps[mode]), encoding="utf-8")
-            tok_ref = corpus / "tok" / f"test_2016_flickr.lc.norm.tok.{tgt}.gz"
-            scores = evaluate_files(hyp=path, ref=corpus / f"test_2016_flickr.{tgt}.gz", lang=tgt,
-                                    lowercase=True, tok_ref=tok_ref)
-            out[mode] = {"sacrebleu": scores.bleu, "chrf": scores.chrf,
-                         "tok_bleu_lc": scores.tok_bleu, "wall_s": round(wall, 2),
-                         "sentences_that_differ_from_fp32":
-                             sum(a != b for a, b in zip(hyps[mode], hyps["fp32"], strict=True))}
-            print(mode, out[mode], flush=True)
+    for mode, overrides in MODES.items():
+        translator = Translator.from_dir(model_dir, **overrides)
+        start = time.perf_counter()
+        hyps[mode] = translator.translate(sentences)
+        wall = time.perf_counter() - start
+        bleu, _, chrf, _ = sacrebleu_scores(hyps[mode], refs)
+        tok_bleu, _ = tokenized_bleu(hyps[mode], tok_refs, lang=tgt, lowercase=True,
+                                     compound_split=False, refs_tokenized=True)
+        out[mode] = {"sacrebleu": bleu, "chrf": chrf, "tok_bleu_lc": tok_bleu,
+                     "wall_s": round(wall, 2),
+                     "sentences_that_differ_from_fp32":
+                         sum(a != b for a, b in zip(hyps[mode], hyps["fp32"], strict=True))}
+        print(mode, out[mode], flush=True)
     args.json.write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
 
 

@@ -42,7 +42,8 @@ class Ours:
         self.tcfg = TrainConfig(bf16=dtype == "bf16", fp16=dtype == "fp16", max_steps=1)
         self.optimizer = make_optimizer(self.model, self.tcfg)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.tcfg.fp16)
-        self.int8 = dtype == "int8"  # decoding only: translate --int8
+        # decoding only: translate --int8's inference copy
+        self.decoder_model = quantize_int8(self.model) if dtype == "int8" else self.model
 
     def train_step(self, src, tgt_in, tgt_out, n_target) -> None:
         for group in self.optimizer.param_groups:
@@ -59,12 +60,8 @@ class Ours:
         self.model.eval()
         cfg = DecodeConfig(strategy="beam" if beam > 1 else "greedy", beam_size=beam,
                            min_length=length, max_length=length)
-        model = self.model
-        if self.int8:
-            self.quantized = getattr(self, "quantized", None) or quantize_int8(self.model)
-            model = self.quantized
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.tcfg.bf16):
-            generate(model, src, cfg)
+            generate(self.decoder_model, src, cfg)
 
 
 def marian_config(cfg: ModelConfig):
