@@ -42,6 +42,27 @@ def test_label_smoothing_matches_pytorch(eps, seed):
     assert n == int(target.ne(0).sum())
 
 
+@settings(max_examples=30, deadline=None)
+@given(eps=st.floats(0.0, 0.3), seed=st.integers(0, 2**16),
+       dtype=st.sampled_from([torch.float32, torch.bfloat16]))
+def test_label_smoothing_gradient_matches_autograd_of_pytorch(eps, seed, dtype):
+    # the hand-written backward against autograd through F.cross_entropy, padding included
+    g = torch.Generator().manual_seed(seed)
+    logits = (4 * torch.randn(16, 37, generator=g)).to(dtype)
+    target = torch.randint(0, 37, (16,), generator=g)
+    target[:3] = 0
+    ours = logits.clone().requires_grad_()
+    ref = logits.float().requires_grad_()
+    loss, _, _ = label_smoothed_nll(ours, target, eps=eps, pad_id=0)
+    (2.5 * loss).backward()
+    (2.5 * F.cross_entropy(ref, target, label_smoothing=eps, ignore_index=0,
+                           reduction="sum")).backward()
+    assert ours.grad.dtype == dtype
+    assert ours.grad[:3].eq(0).all()  # padding positions get no gradient
+    tol = {} if dtype == torch.float32 else {"atol": 1e-2, "rtol": 1e-2}
+    torch.testing.assert_close(ours.grad.float(), ref.grad, **tol)
+
+
 def test_label_smoothing_minimum_is_the_smoothed_distribution():
     # the loss is smallest when the model predicts 1 - eps + eps/V on the target
     V, eps = 5, 0.1
