@@ -70,7 +70,7 @@ class LabelSmoothedNLL(torch.autograd.Function):
             logp_RV = torch.log_softmax(logits_NV[rows], dim=-1, dtype=torch.float32)
             nll_N[rows] = -logp_RV.gather(1, target_N[rows, None]).squeeze(1)
             loss_N[rows] = (1.0 - eps) * nll_N[rows] - eps * logp_RV.mean(dim=-1)
-        zero = loss_N.new_zeros(())  # where(), not indexing: no device sync, no data-dependent shape
+        zero = loss_N.new_zeros(())  # where(), not indexing: no sync, no data-dependent shape
         nll = torch.where(keep_N, nll_N, zero).sum()
         ctx.save_for_backward(logits_NV, target_N, keep_N)
         ctx.eps = eps
