@@ -48,8 +48,8 @@ def main(out: Path) -> None:
         "valid_curve": [{k: m[k] for k in ("step", "loss", "ppl", "bleu") if k in m}
                         for m in valid],
         "selected_on_val": selected,
-        "val": {name: json.loads((out / f"val.{name}.json").read_text())
-                for name in ("averaged", "run")},
+        "val": {path.name.removeprefix("val.").removesuffix(".json"): json.loads(path.read_text())
+                for path in sorted(out.glob("val.*.json"))},
         "test_2016_flickr": {
             "sacrebleu": json.loads((out / "test.sacrebleu.json").read_text()),
             "tokenized_lowercased": json.loads((out / "test.tokbleu.json").read_text())

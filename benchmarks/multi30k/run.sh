@@ -3,6 +3,8 @@
 # select on val -> translate test_2016_flickr -> sacreBLEU + tokenized lowercased BLEU.
 # Usage: benchmarks/multi30k/run.sh SRC TGT MINUTES [OUT_DIR]   e.g. run.sh en de 85
 # CONFIG=path.yaml picks another config (default benchmarks/multi30k/multi30k.yaml).
+# AVERAGE="5 10" averages the last 5 and the last 10 checkpoints (default "5"; the config's
+# train.keep_last must keep as many); val sacreBLEU selects among them and the last checkpoint.
 # Weights stay in OUT_DIR (default runs/multi30k-SRC-TGT, git-ignored); the config, logs and
 # scores to commit are copied to benchmarks/results/multi30k-SRC-TGT/ by report.py.
 set -euo pipefail
@@ -11,6 +13,7 @@ REPO=$(cd "$(dirname "$0")/../.." && pwd)
 DATA=${TRANSFORMER_MT_DATA:-$REPO/../shared/data}
 OUT=${4:-$REPO/runs/multi30k-$SRC-$TGT}
 CONFIG=${CONFIG:-$REPO/benchmarks/multi30k/multi30k.yaml}
+AVERAGE=${AVERAGE:-5}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/run.log") 2>&1
 echo "== $(date -u +%FT%TZ) multi30k $SRC->$TGT, $MINUTES min, commit $(git -C "$REPO" rev-parse --short HEAD), config $CONFIG"
@@ -19,11 +22,15 @@ echo "== $(date -u +%FT%TZ) multi30k $SRC->$TGT, $MINUTES min, commit $(git -C "
   --data-dir "$DATA" --config "$CONFIG" --out "$OUT/data"
 transformer-mt train --config "$CONFIG" --data "$OUT/data" --run-dir "$OUT/run" \
   --train.max_minutes="$MINUTES"
-transformer-mt average --run-dir "$OUT/run" --last 5 --out "$OUT/averaged"
+models=""
+for n in $AVERAGE; do
+  transformer-mt average --run-dir "$OUT/run" --last "$n" --out "$OUT/averaged-$n"
+  models="$models averaged-$n"
+done
 
-# select on val: the averaged model or the last checkpoint, by val sacreBLEU
+# select on val: an averaged model or the last checkpoint, by val sacreBLEU
 best=""; best_bleu=-1
-for model in averaged run; do
+for model in $models run; do
   transformer-mt translate --model "$OUT/$model" --input "$OUT/data/valid.src.txt" \
     --output "$OUT/val.$model.$TGT"
   transformer-mt evaluate --hyp "$OUT/val.$model.$TGT" --ref "$OUT/data/valid.tgt.txt" \
