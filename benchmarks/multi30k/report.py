@@ -48,6 +48,8 @@ def main(out: Path) -> None:
         "valid_curve": [{k: m[k] for k in ("step", "loss", "ppl", "bleu") if k in m}
                         for m in valid],
         "selected_on_val": selected,
+        "alpha_selected_on_val": float((out / "alpha").read_text())
+        if (out / "alpha").exists() else 0.6,
         "val": {path.name.removeprefix("val.").removesuffix(".json"): json.loads(path.read_text())
                 for path in sorted(out.glob("val.*.json"))},
         "test_2016_flickr": {

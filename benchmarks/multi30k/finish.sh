@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# After training: average the last checkpoints, select the model and the length penalty on val
+# by sacreBLEU (§6.1: beam size and alpha "were chosen after experimentation on the development
+# set"), then translate test_2016_flickr and score it (sacreBLEU; tokenized lowercased BLEU).
+# Usage: benchmarks/multi30k/finish.sh OUT_DIR SRC TGT   (run.sh calls it; it can be rerun)
+#   AVERAGE="5 10": average the last 5 and the last 10 checkpoints (default "5")
+#   ALPHAS="0.6 1.0": length penalties to try on val (default "0.6", the paper's)
+set -euo pipefail
+OUT=$1; SRC=$2; TGT=$3
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+DATA=${TRANSFORMER_MT_DATA:-$REPO/../shared/data}
+AVERAGE=${AVERAGE:-5}
+ALPHAS=${ALPHAS:-0.6}
+bleu_of() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['bleu'])" "$1"; }
+
+models=""
+for n in $AVERAGE; do
+  transformer-mt average --run-dir "$OUT/run" --last "$n" --out "$OUT/averaged-$n"
+  models="$models averaged-$n"
+done
+
+best=""; best_alpha=""; best_bleu=-1
+for model in $models run; do
+  for alpha in $ALPHAS; do
+    name=$model.alpha$alpha
+    transformer-mt translate --model "$OUT/$model" --alpha "$alpha" \
+      --input "$OUT/data/valid.src.txt" --output "$OUT/val.$name.$TGT"
+    transformer-mt evaluate --hyp "$OUT/val.$name.$TGT" --ref "$OUT/data/valid.tgt.txt" \
+      --json "$OUT/val.$name.json"
+    bleu=$(bleu_of "$OUT/val.$name.json")
+    echo "val: $model, alpha $alpha: sacreBLEU $bleu"
+    if python3 -c "import sys; sys.exit(not float(sys.argv[1]) > float(sys.argv[2]))" \
+        "$bleu" "$best_bleu"; then
+      best=$model; best_alpha=$alpha; best_bleu=$bleu
+    fi
+  done
+done
+echo "selected on val: $best, alpha $best_alpha ($best_bleu)"
+echo "$best" > "$OUT/selected"
+echo "$best_alpha" > "$OUT/alpha"
+
+transformer-mt translate --model "$OUT/$best" --alpha "$best_alpha" \
+  --input "$DATA/multi30k/test_2016_flickr.$SRC.gz" --output "$OUT/test.hyp.$TGT"
+transformer-mt evaluate --hyp "$OUT/test.hyp.$TGT" \
+  --ref "$DATA/multi30k/test_2016_flickr.$TGT.gz" --json "$OUT/test.sacrebleu.json"
+TOKREF=$DATA/multi30k/tok/test_2016_flickr.lc.norm.tok.$TGT.gz
+if [ -f "$TOKREF" ]; then
+  transformer-mt evaluate --hyp "$OUT/test.hyp.$TGT" \
+    --ref "$DATA/multi30k/test_2016_flickr.$TGT.gz" --lang "$TGT" --lowercase \
+    --tok-ref "$TOKREF" --json "$OUT/test.tokbleu.json"
+fi
+echo "== $(date -u +%FT%TZ) done"
