@@ -63,6 +63,21 @@ def test_label_smoothing_gradient_matches_autograd_of_pytorch(eps, seed, dtype):
     torch.testing.assert_close(ours.grad.float(), ref.grad, **tol)
 
 
+def test_label_smoothing_over_several_row_blocks_equals_pytorch():
+    # a vocabulary of 2^18 + 1 makes blocks of 3 rows on CPU: 8 rows span three blocks
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(8, 2**18 + 1, generator=g)
+    target = torch.randint(1, 2**18 + 1, (8,), generator=g)
+    target[4] = 0
+    ours, ref = logits.clone().requires_grad_(), logits.clone().requires_grad_()
+    loss, _, _ = label_smoothed_nll(ours, target, eps=0.1, pad_id=0)
+    loss.backward()
+    expected = F.cross_entropy(ref, target, label_smoothing=0.1, ignore_index=0, reduction="sum")
+    expected.backward()
+    torch.testing.assert_close(loss, expected)
+    torch.testing.assert_close(ours.grad, ref.grad)
+
+
 def test_label_smoothing_minimum_is_the_smoothed_distribution():
     # the loss is smallest when the model predicts 1 - eps + eps/V on the target
     V, eps = 5, 0.1

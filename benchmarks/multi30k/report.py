@@ -13,6 +13,8 @@ from pathlib import Path
 
 import torch
 
+from transformer_mt.config import DecodeConfig
+
 
 def run_commit(log: Path) -> str:
     """The commit run.sh recorded on its first line ("... commit abc1234")."""
@@ -49,7 +51,7 @@ def main(out: Path) -> None:
                         for m in valid],
         "selected_on_val": selected,
         "alpha_selected_on_val": float((out / "alpha").read_text())
-        if (out / "alpha").exists() else 0.6,
+        if (out / "alpha").exists() else DecodeConfig().length_penalty,
         "val": {path.name.removeprefix("val.").removesuffix(".json"): json.loads(path.read_text())
                 for path in sorted(out.glob("val.*.json"))},
         "test_2016_flickr": {
