@@ -1,18 +1,19 @@
 """The CUDA paths (run with `pytest -m gpu` on a machine with a GPU; skipped elsewhere):
-the model and the searches agree with the CPU, and training runs in bf16 and in fp16 with the
+the model, the searches and the label-smoothed loss agree with the CPU, and training runs in bf16 and in fp16 with the
 loss scaler, checkpoints on the GPU and resumes."""
 
 import json
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from conftest import random_batch, tiny_model
 from transformer_mt import DecodeConfig, beam_search, greedy_search
 from transformer_mt.checkpoint import checkpoint_dirs
 from transformer_mt.config import load_config
 from transformer_mt.metrics import read_metrics
-from transformer_mt.train import train
+from transformer_mt.train import label_smoothed_nll, train
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
@@ -24,6 +25,26 @@ def test_forward_on_cuda_equals_cpu():
     expected = model(src, tgt)
     got = model.cuda()(src.cuda(), tgt.cuda()).cpu()
     torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_label_smoothed_loss_and_gradient_on_cuda_equal_pytorch(dtype):
+    # on CUDA the loss takes all rows as one block; a vocabulary of 8,000 as in the Multi30k runs
+    g = torch.Generator().manual_seed(0)
+    logits = (4 * torch.randn(300, 8000, generator=g)).to(dtype).cuda()
+    target = torch.randint(1, 8000, (300,), generator=g).cuda()
+    target[:7] = 0
+    ours, ref = logits.clone().requires_grad_(), logits.float().requires_grad_()
+    loss, nll, n = label_smoothed_nll(ours, target, eps=0.1, pad_id=0)
+    (0.5 * loss).backward()
+    expected = F.cross_entropy(ref, target, label_smoothing=0.1, ignore_index=0, reduction="sum")
+    (0.5 * expected).backward()
+    tol = {} if dtype == torch.float32 else {"atol": 1e-2, "rtol": 1e-2}
+    assert n == 293 and ours.grad.dtype == dtype and ours.grad[:7].eq(0).all()
+    torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-3)
+    torch.testing.assert_close(nll, F.cross_entropy(ref, target, ignore_index=0, reduction="sum"),
+                               rtol=1e-5, atol=1e-3)
+    torch.testing.assert_close(ours.grad.float(), ref.grad, **tol)
 
 
 @pytest.mark.parametrize("search", [greedy_search, beam_search])
