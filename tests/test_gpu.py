@@ -1,6 +1,6 @@
 """The CUDA paths (run with `pytest -m gpu` on a machine with a GPU; skipped elsewhere):
-the model, the searches and the label-smoothed loss agree with the CPU, and training runs in bf16 and in fp16 with the
-loss scaler, checkpoints on the GPU and resumes."""
+the model, the searches and the label-smoothed loss agree with the CPU, and training runs in
+bf16 and in fp16 with the loss scaler, checkpoints on the GPU and resumes."""
 
 import json
 

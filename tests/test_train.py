@@ -6,7 +6,8 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from transformer_mt.train import label_smoothed_nll, noam_lr
+from transformer_mt.config import TrainConfig
+from transformer_mt.train import label_smoothed_nll, learning_rate, noam_lr
 
 
 def test_noam_schedule_values():
@@ -17,6 +18,25 @@ def test_noam_schedule_values():
     assert noam_lr(16000, d_model=512, warmup_steps=4000) == pytest.approx(peak / 2)
     assert noam_lr(100, d_model=256, warmup_steps=4000, scale=2.0) == \
         pytest.approx(2 * 256**-0.5 * 100 * 4000**-1.5)
+
+
+def test_cooldown_falls_linearly_to_the_last_step_and_is_off_by_default():
+    tcfg = TrainConfig(max_steps=1000, warmup_steps=100, lr_scale=2.0, lr_cooldown_steps=200)
+    def noam(s):
+        return noam_lr(s, d_model=128, warmup_steps=100, scale=2.0)
+    for step in (1, 100, 500, 800):  # eq. (3) untouched before the cooldown
+        assert learning_rate(step, tcfg, 128) == noam(step)
+        assert learning_rate(step, TrainConfig(max_steps=1000, warmup_steps=100, lr_scale=2.0),
+                             128) == noam(step)
+    assert learning_rate(801, tcfg, 128) == pytest.approx(noam(801) * 200 / 200)
+    assert learning_rate(900, tcfg, 128) == pytest.approx(noam(900) * 101 / 200)
+    assert learning_rate(1000, tcfg, 128) == pytest.approx(noam(1000) / 200)
+    rates = [learning_rate(s, tcfg, 128) for s in range(801, 1001)]
+    assert all(b < a for a, b in zip(rates, rates[1:], strict=False)) and rates[-1] > 0
+    for bad in ({"lr_cooldown_steps": 1001}, {"lr_cooldown_steps": -1},
+                {"lr_cooldown_steps": 10, "max_steps": 0, "max_minutes": 5.0}):
+        with pytest.raises(ValueError, match="lr_cooldown_steps"):
+            TrainConfig(**({"max_steps": 1000} | bad))
 
 
 @settings(max_examples=40, deadline=None)

@@ -155,6 +155,9 @@ class TrainConfig:
     adam_eps: float = 1e-9
     warmup_steps: int = 4_000  # §5.3, eq. (3)
     lr_scale: float = 1.0  # multiplies eq. (3); not in the paper
+    # Not in the paper: over the last lr_cooldown_steps of max_steps the rate falls linearly
+    # towards 0 (a cooldown, for runs on a fixed step budget); 0: eq. (3) to the end.
+    lr_cooldown_steps: int = 0
     label_smoothing: float = 0.1  # §5.4
     clip_norm: float = 0.0  # 0: no clipping (the paper does not clip)
     bf16: bool = False  # bfloat16 autocast (CPU or GPU); not in the paper
@@ -185,6 +188,10 @@ class TrainConfig:
             raise ValueError(f"train.label_smoothing must be in [0, 1), got {self.label_smoothing}")
         if self.max_steps <= 0 and self.max_epochs <= 0 and self.max_minutes <= 0:
             raise ValueError("set train.max_steps, train.max_epochs or train.max_minutes")
+        if self.lr_cooldown_steps and not 0 < self.lr_cooldown_steps <= self.max_steps:
+            raise ValueError("train.lr_cooldown_steps must be in [0, train.max_steps] (the "
+                             f"cooldown ends at max_steps), got {self.lr_cooldown_steps} with "
+                             f"max_steps {self.max_steps}")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -44,6 +44,16 @@ def noam_lr(step: int, *, d_model: int, warmup_steps: int, scale: float = 1.0) -
     return scale * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
 
 
+def learning_rate(step: int, tcfg: TrainConfig, d_model: int) -> float:
+    """The rate of update `step` (from 1): eq. (3) times train.lr_scale; with
+    train.lr_cooldown_steps = C, times min(1, (max_steps - step + 1) / C), falling linearly over
+    the last C steps to 1/C of eq. (3) at max_steps."""
+    lr = noam_lr(step, d_model=d_model, warmup_steps=tcfg.warmup_steps, scale=tcfg.lr_scale)
+    if tcfg.lr_cooldown_steps:
+        lr *= min(1.0, (tcfg.max_steps - step + 1) / tcfg.lr_cooldown_steps)
+    return lr
+
+
 def label_smoothed_nll(logits_NV: Tensor, target_N: Tensor, *, eps: float, pad_id: int
                        ) -> tuple[Tensor, Tensor, int]:
     """Label-smoothed cross-entropy (§5.4, Szegedy et al.): the target distribution puts
@@ -433,8 +443,7 @@ def _train(cfg: Config, data_dir: Path, run_dir: Path, ignore_mismatch: bool, wo
         while state["batch_in_epoch"] < len(batches) and not stop:
             first = state["batch_in_epoch"]
             group = batches[first : first + tcfg.accumulate * world.size]
-            lr = noam_lr(state["step"] + 1, d_model=cfg.model.d_model,
-                         warmup_steps=tcfg.warmup_steps, scale=tcfg.lr_scale)
+            lr = learning_rate(state["step"] + 1, tcfg, cfg.model.d_model)
             for param_group in optimizer.param_groups:
                 param_group["lr"] = lr
             n_target = int(sum(train_data.tgt_lengths[b].sum() for b in group))
