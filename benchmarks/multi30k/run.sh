@@ -3,6 +3,7 @@
 # -> select on val -> translate test_2016_flickr -> sacreBLEU + tokenized lowercased BLEU.
 # Usage: benchmarks/multi30k/run.sh SRC TGT MINUTES [OUT_DIR]   e.g. run.sh en de 85
 # CONFIG=path.yaml picks another config (default benchmarks/multi30k/multi30k.yaml).
+# TRAIN_ARGS="--train.max_steps=9800 ..." adds overrides to `train`.
 # AVERAGE="5 10" and ALPHAS="0.6 1.0" pass to finish.sh (averaging, selection on val, test);
 # the config's train.keep_last must keep as many checkpoints as AVERAGE averages.
 # Weights stay in OUT_DIR (default runs/multi30k-SRC-TGT, git-ignored); the config, logs and
@@ -15,10 +16,10 @@ OUT=${4:-$REPO/runs/multi30k-$SRC-$TGT}
 CONFIG=${CONFIG:-$REPO/benchmarks/multi30k/multi30k.yaml}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/run.log") 2>&1
-echo "== $(date -u +%FT%TZ) multi30k $SRC->$TGT, $MINUTES min, commit $(git -C "$REPO" rev-parse --short HEAD), config $CONFIG"
+echo "== $(date -u +%FT%TZ) multi30k $SRC->$TGT, $MINUTES min, commit $(git -C "$REPO" rev-parse --short HEAD), config $CONFIG ${TRAIN_ARGS:-}"
 
 [ -f "$OUT/data/meta.json" ] || transformer-mt prepare --dataset multi30k --pair "$SRC-$TGT" \
   --data-dir "$DATA" --config "$CONFIG" --out "$OUT/data"
 transformer-mt train --config "$CONFIG" --data "$OUT/data" --run-dir "$OUT/run" \
-  --train.max_minutes="$MINUTES"
+  --train.max_minutes="$MINUTES" ${TRAIN_ARGS:-}
 "$REPO/benchmarks/multi30k/finish.sh" "$OUT" "$SRC" "$TGT"
