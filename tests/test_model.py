@@ -9,7 +9,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from conftest import random_batch, tiny_config, tiny_model
 from transformer_mt import Transformer, load_config
 from transformer_mt.attention import padding_mask
-from transformer_mt.model import DecoderLayer, EncoderLayer, sinusoidal_positions
+from transformer_mt.model import DecoderLayer, Dropout, EncoderLayer, sinusoidal_positions
 from transformer_mt.model_stats import count_parameters, forward_flops_per_token, model_stats
 
 
@@ -243,3 +243,21 @@ def test_model_builds_from_every_preset():
         assert cfg.d_model == d_model
         logits = Transformer(cfg)(random_batch(0, 2, 5, vocab=100), torch.full((2, 3), 2))
         assert logits.shape == (2, 3, 100)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_dropout_zeroes_rescales_and_keeps_only_a_boolean_mask_for_backward(dtype):
+    drop, x = Dropout(0.3), torch.randn(64, 50, dtype=dtype, requires_grad=True)
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        torch.manual_seed(7)
+        y = drop(x)
+    torch.manual_seed(7)
+    dropped = torch.rand(x.shape) < 0.3  # the mask it draws
+    assert 0.25 < dropped.float().mean() < 0.35
+    expected = torch.where(dropped, 0.0, x.detach().float() / 0.7).to(dtype)
+    torch.testing.assert_close(y.detach(), expected)
+    assert [t.dtype for t in saved] == [torch.bool]  # 1 byte an element, not a float mask
+    y.backward(torch.ones_like(y))
+    torch.testing.assert_close(x.grad, torch.where(dropped, 0.0, 1 / 0.7).to(dtype))
+    assert torch.equal(drop.eval()(x), x)
