@@ -84,3 +84,21 @@ def test_kv_cache_extend_and_reorder():
     assert len(cache) == 23 and k.shape == (2, 1, 23, 1)
     assert k[:, 0, :3, 0].tolist() == [[1, 11, 20], [1, 11, 21]]
     assert v[:, 0, :3, 0].tolist() == [[-1, -11, -20], [-1, -11, -21]]
+
+
+def test_kv_cache_equals_concatenation_through_growth_reorders_and_shrinking():
+    # against a naive cache (cat + index_select): the reordering into spare buffers, capacity
+    # growth and batches that shrink (finished sentences leaving) never mix up rows
+    g = torch.Generator().manual_seed(0)
+    cache, ref_k, ref_v, rows = KVCache(), None, None, 6
+    for step in range(40):
+        k1, v1 = torch.randn(rows, 2, 1, 3, generator=g), torch.randn(rows, 2, 1, 5, generator=g)
+        ref_k = k1 if ref_k is None else torch.cat([ref_k, k1], dim=2)
+        ref_v = v1 if ref_v is None else torch.cat([ref_v, v1], dim=2)
+        k, v = cache.extend(k1, v1)
+        assert torch.equal(k, ref_k) and torch.equal(v, ref_v)
+        keep = rows - 1 if step in (9, 25) else rows
+        index = torch.randint(0, rows, (keep,), generator=g)
+        cache.reorder(index)
+        ref_k, ref_v, rows = ref_k[index], ref_v[index], keep
+    assert len(cache) == 40 and rows == 4
