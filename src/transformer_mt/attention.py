@@ -45,7 +45,6 @@ class KVCache:
         self.k_BHCK: Tensor | None = None  # C: capacity >= length
         self.v_BHCV: Tensor | None = None
         self.length = 0
-        self._spare: tuple[Tensor, Tensor] | None = None  # the buffers before the last reorder
 
     def __len__(self) -> int:
         return self.length
@@ -70,21 +69,10 @@ class KVCache:
         return new
 
     def reorder(self, index_B: Tensor) -> None:
-        """Keep batch rows `index_B` (beam search moves hypotheses between rows). The rows are
-        gathered into the buffers the previous reorder left behind, so that a beam search step
-        allocates nothing; capacity is kept (C <= 2 x length)."""
-        if self.k_BHCK is None:
-            return
-        B, H, C, _ = self.k_BHCK.shape
-        size = (len(index_B), H, C)
-        if self._spare is None or self._spare[0].shape[:3] != size:
-            self._spare = (self.k_BHCK.new_empty(*size, self.k_BHCK.size(3)),
-                           self.v_BHCV.new_empty(*size, self.v_BHCV.size(3)))
-        k_BHCK, v_BHCV = self._spare
-        torch.index_select(self.k_BHCK, 0, index_B, out=k_BHCK)
-        torch.index_select(self.v_BHCV, 0, index_B, out=v_BHCV)
-        self._spare = (self.k_BHCK, self.v_BHCV)
-        self.k_BHCK, self.v_BHCV = k_BHCK, v_BHCV
+        """Keep batch rows `index_B` (beam search moves hypotheses between rows)."""
+        if self.k_BHCK is not None:
+            self.k_BHCK = self.k_BHCK.index_select(0, index_B)  # capacity kept: C <= 2 x length
+            self.v_BHCV = self.v_BHCV.index_select(0, index_B)
 
 
 class MultiHeadAttention(nn.Module):
