@@ -87,8 +87,8 @@ def test_kv_cache_extend_and_reorder():
 
 
 def test_kv_cache_equals_concatenation_through_growth_reorders_and_shrinking():
-    # against a naive cache (cat + index_select): the reordering into spare buffers, capacity
-    # growth and batches that shrink (finished sentences leaving) never mix up rows
+    # against a naive cache (cat + index_select): reorders, capacity growth and batches that
+    # shrink (finished sentences leaving) never mix up rows
     g = torch.Generator().manual_seed(0)
     cache, ref_k, ref_v, rows = KVCache(), None, None, 6
     for step in range(40):
