@@ -11,6 +11,7 @@ from pathlib import Path
 
 from .config import ConfigError, load_config, preset_names
 from .evaluate import read_text
+from .malloc_tuning import tune_malloc
 
 log = logging.getLogger("transformer_mt")
 
@@ -267,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides = [*args.overrides, *(d.removeprefix("--") for d in dotted)]
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s",
                         datefmt="%H:%M:%S")
+    tune_malloc()
     try:
         return args.func(args)
     except (ConfigError, ValueError, OSError) as err:
