@@ -1,6 +1,9 @@
 """The engines compared by the speed benchmarks, built at the same shape with random weights:
 transformer-mt, Hugging Face MarianMTModel, CTranslate2 (converted from that Marian model) and
-torch.nn.Transformer with the tutorial's naive decoding. Each engine exposes what its benchmark
+torch.nn.Transformer with the tutorial's naive decoding. Ours runs as the `transformer-mt`
+command does, with glibc's malloc thresholds raised (malloc_tuning.py); the peers as they ship.
+run.sh also runs ours without and the peers with the same thresholds (glibc's environment
+variables), as controls; `malloc_label` records which. Each engine exposes what its benchmark
 needs: a training step on (src, tgt_in, tgt_out) id batches, and decoding of id batches with the
 output length forced to `length` tokens (so that random models do identical work).
 """
@@ -9,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import tempfile
 from pathlib import Path
@@ -19,6 +23,7 @@ from torch import Tensor, nn
 
 from transformer_mt.config import DecodeConfig, ModelConfig, TrainConfig
 from transformer_mt.decoding import generate
+from transformer_mt.malloc_tuning import tune_malloc
 from transformer_mt.model import Transformer, sinusoidal_positions
 from transformer_mt.train import forward_backward, make_optimizer, precision
 from transformer_mt.translator import quantize_int8
@@ -218,6 +223,7 @@ def build(engine: str, cfg: ModelConfig, *, dtype: str, threads: int, device: st
     decoding), ct2 (fp32/int8)."""
     bf16 = dtype == "bf16"
     if engine == "ours":
+        tune_malloc()
         return Ours(cfg, dtype=dtype, device=device)
     if engine == "marian":
         return Marian(cfg, bf16=bf16)
@@ -227,6 +233,17 @@ def build(engine: str, cfg: ModelConfig, *, dtype: str, threads: int, device: st
         return CTranslate2(cfg, compute_type={"fp32": "float32", "int8": "int8"}[dtype],
                            threads=threads)
     raise ValueError(f"unknown engine {engine!r}")
+
+
+def malloc_label(engine: str) -> str:
+    """'tuned' where glibc's mmap/trim thresholds are raised (ours unless run with
+    TRANSFORMER_MT_MALLOC=default, a peer when run.sh sets MALLOC_MMAP_THRESHOLD_ and
+    MALLOC_TRIM_THRESHOLD_), else 'default'."""
+    if engine == "ours":
+        return "tuned" if tune_malloc() else "default"
+    by_env = all(name in os.environ for name in ("MALLOC_MMAP_THRESHOLD_",
+                                                 "MALLOC_TRIM_THRESHOLD_"))
+    return "tuned" if by_env else "default"
 
 
 def git_commit() -> str:

@@ -27,8 +27,11 @@ def load(path: Path) -> list[dict]:
 
 def aggregate(rows: list[dict], metrics: tuple[str, ...]) -> dict:
     groups = defaultdict(list)
-    for row in rows:
-        groups[(row["shape"], row["engine"], row["dtype"])].append(row)
+    for row in rows:  # run.sh's malloc controls get rows of their own
+        ours, malloc = row["engine"] == "transformer-mt", row.get("malloc")
+        engine = row["engine"] + (" +malloc" if not ours and malloc == "tuned" else
+                                  " -malloc" if ours and malloc == "default" else "")
+        groups[(row["shape"], engine, row["dtype"])].append(row)
     out = {}
     for (shape, engine, dtype), runs in sorted(groups.items()):
         entry = {"runs": len(runs)}
@@ -61,6 +64,18 @@ RATIOS = [
     ("train_bf16_vs_fastest_peer_fp32", "train", OURS_BF16, [f"{HF}/fp32", f"{TORCH}/fp32"],
      "tokens_per_s", ">= 2.5"),
     ("peak_rss_vs_hf_fp32", "train", OURS_FP32, [f"{HF}/fp32"], "peak_rss_mib", "<= 1.0"),
+    ("train_fp32_vs_fastest_peer_fp32_same_malloc", "train", OURS_FP32,
+     [f"{HF} +malloc/fp32", f"{TORCH} +malloc/fp32"], "tokens_per_s", "control"),
+    ("train_bf16_vs_fastest_peer_bf16_same_malloc", "train", OURS_BF16,
+     [f"{HF} +malloc/bf16", f"{TORCH} +malloc/bf16"], "tokens_per_s", "control"),
+    ("train_bf16_vs_fastest_peer_fp32_same_malloc", "train", OURS_BF16,
+     [f"{HF} +malloc/fp32", f"{TORCH} +malloc/fp32"], "tokens_per_s", "control"),
+    ("peak_rss_vs_hf_fp32_same_malloc", "train", OURS_FP32, [f"{HF} +malloc/fp32"],
+     "peak_rss_mib", "control"),
+    ("train_fp32_malloc_tuned_vs_default", "train", OURS_FP32, ["transformer-mt -malloc/fp32"],
+     "tokens_per_s", "control"),
+    ("train_bf16_malloc_tuned_vs_default", "train", OURS_BF16, ["transformer-mt -malloc/bf16"],
+     "tokens_per_s", "control"),
     ("beam4_vs_hf_generate", "decode", OURS_FP32, [f"{HF}/fp32"], "beam4_sentences_per_s",
      ">= 2.5"),
     ("beam4_vs_best_ctranslate2", "decode", OURS_FP32, [CT2_FP32, CT2_INT8],

@@ -14,12 +14,21 @@ PARTS=${5:-train decode}
 HERE=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$OUT/raw"
 export PYTHONWARNINGS=ignore TRANSFORMERS_VERBOSITY=error
+GIB=1073741824
 for run in $(seq 1 "$RUNS"); do
   for shape in $SHAPES; do
-    for spec in "ours fp32" "ours bf16" "marian fp32" "marian bf16" "torch fp32" "torch bf16"; do
+    for spec in "ours fp32" "ours bf16" "marian fp32" "marian bf16" "torch fp32" "torch bf16" \
+                "ours fp32 default" "ours bf16 default" "marian fp32 tuned" "marian bf16 tuned" \
+                "torch fp32 tuned" "torch bf16 tuned"; do
       [[ " $PARTS " == *" train "* ]] || break
       set -- $spec
-      python3 "$HERE/train_speed.py" --data "$DATA" --engine "$1" --dtype "$2" --shape "$shape" \
+      # controls: ours with glibc's default malloc, peers with ours' thresholds (malloc_tuning.py)
+      case "${3:-}" in
+        tuned) MALLOC="MALLOC_MMAP_THRESHOLD_=$GIB MALLOC_TRIM_THRESHOLD_=$GIB" ;;
+        default) MALLOC="TRANSFORMER_MT_MALLOC=default" ;;
+        *) MALLOC="" ;;
+      esac
+      env $MALLOC python3 "$HERE/train_speed.py" --data "$DATA" --engine "$1" --dtype "$2" --shape "$shape" \
         --warmup 3 --steps 10 2>/dev/null | tail -1 | sed "s/^{/{\"run\": $run, /" >> "$OUT/raw/train.jsonl"
     done
     for spec in "ours fp32" "ours bf16" "ours int8" "marian fp32" "marian bf16" "ct2 fp32" "ct2 int8" \
