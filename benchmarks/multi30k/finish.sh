@@ -5,12 +5,14 @@
 # Usage: benchmarks/multi30k/finish.sh OUT_DIR SRC TGT   (run.sh calls it; it can be rerun)
 #   AVERAGE="5 10": average the last 5 and the last 10 checkpoints (default "5")
 #   ALPHAS="0.6 1.0": length penalties to try on val (default "0.6", the paper's)
+#   BEAMS="4 8": beam sizes to try on val (default "4", the paper's)
 set -euo pipefail
 OUT=$1; SRC=$2; TGT=$3
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 DATA=${TRANSFORMER_MT_DATA:-$REPO/../shared/data}
 AVERAGE=${AVERAGE:-5}
 ALPHAS=${ALPHAS:-0.6}
+BEAMS=${BEAMS:-4}
 bleu_of() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['bleu'])" "$1"; }
 
 models=""
@@ -19,27 +21,31 @@ for n in $AVERAGE; do
   models="$models averaged-$n"
 done
 
-best=""; best_alpha=""; best_bleu=-1
+best=""; best_alpha=""; best_beam=""; best_bleu=-1
 for model in $models run; do
-  for alpha in $ALPHAS; do
-    name=$model.alpha$alpha
-    transformer-mt translate --model "$OUT/$model" --alpha "$alpha" \
-      --input "$OUT/data/valid.src.txt" --output "$OUT/val.$name.$TGT"
-    transformer-mt evaluate --hyp "$OUT/val.$name.$TGT" --ref "$OUT/data/valid.tgt.txt" \
-      --json "$OUT/val.$name.json"
-    bleu=$(bleu_of "$OUT/val.$name.json")
-    echo "val: $model, alpha $alpha: sacreBLEU $bleu"
-    if python3 -c "import sys; sys.exit(not float(sys.argv[1]) > float(sys.argv[2]))" \
-        "$bleu" "$best_bleu"; then
-      best=$model; best_alpha=$alpha; best_bleu=$bleu
-    fi
+  for beam in $BEAMS; do
+    for alpha in $ALPHAS; do
+      name=$model.alpha$alpha
+      [ "$beam" = 4 ] || name=$name.beam$beam  # the paper's beam keeps the earlier runs' names
+      transformer-mt translate --model "$OUT/$model" --alpha "$alpha" --beam-size "$beam" \
+        --input "$OUT/data/valid.src.txt" --output "$OUT/val.$name.$TGT"
+      transformer-mt evaluate --hyp "$OUT/val.$name.$TGT" --ref "$OUT/data/valid.tgt.txt" \
+        --json "$OUT/val.$name.json"
+      bleu=$(bleu_of "$OUT/val.$name.json")
+      echo "val: $model, beam $beam, alpha $alpha: sacreBLEU $bleu"
+      if python3 -c "import sys; sys.exit(not float(sys.argv[1]) > float(sys.argv[2]))" \
+          "$bleu" "$best_bleu"; then
+        best=$model; best_alpha=$alpha; best_beam=$beam; best_bleu=$bleu
+      fi
+    done
   done
 done
-echo "selected on val: $best, alpha $best_alpha ($best_bleu)"
+echo "selected on val: $best, beam $best_beam, alpha $best_alpha ($best_bleu)"
 echo "$best" > "$OUT/selected"
 echo "$best_alpha" > "$OUT/alpha"
+echo "$best_beam" > "$OUT/beam"
 
-transformer-mt translate --model "$OUT/$best" --alpha "$best_alpha" \
+transformer-mt translate --model "$OUT/$best" --alpha "$best_alpha" --beam-size "$best_beam" \
   --input "$DATA/multi30k/test_2016_flickr.$SRC.gz" --output "$OUT/test.hyp.$TGT"
 transformer-mt evaluate --hyp "$OUT/test.hyp.$TGT" \
   --ref "$DATA/multi30k/test_2016_flickr.$TGT.gz" --json "$OUT/test.sacrebleu.json"

@@ -52,6 +52,8 @@ def main(out: Path) -> None:
         "selected_on_val": selected,
         "alpha_selected_on_val": float((out / "alpha").read_text())
         if (out / "alpha").exists() else DecodeConfig().length_penalty,
+        "beam_selected_on_val": int((out / "beam").read_text())
+        if (out / "beam").exists() else DecodeConfig().beam_size,
         "val": {path.name.removeprefix("val.").removesuffix(".json"): json.loads(path.read_text())
                 for path in sorted(out.glob("val.*.json"))},
         "test_2016_flickr": {

@@ -4,8 +4,8 @@
 # Usage: benchmarks/multi30k/run.sh SRC TGT MINUTES [OUT_DIR]   e.g. run.sh en de 85
 # CONFIG=path.yaml picks another config (default benchmarks/multi30k/multi30k.yaml).
 # TRAIN_ARGS="--train.max_steps=9800 ..." adds overrides to `train`.
-# AVERAGE="5 10" and ALPHAS="0.6 1.0" pass to finish.sh (averaging, selection on val, test);
-# the config's train.keep_last must keep as many checkpoints as AVERAGE averages.
+# AVERAGE="5 10", ALPHAS="0.6 1.0" and BEAMS="4 8" pass to finish.sh (averaging, selection on
+# val, test); the config's train.keep_last must keep as many checkpoints as AVERAGE averages.
 # Weights stay in OUT_DIR (default runs/multi30k-SRC-TGT, git-ignored); the config, logs and
 # scores to commit are copied to benchmarks/results/multi30k-SRC-TGT/ by report.py.
 set -euo pipefail
