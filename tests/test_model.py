@@ -9,7 +9,13 @@ from torch.utils.flop_counter import FlopCounterMode
 from conftest import random_batch, tiny_config, tiny_model
 from transformer_mt import Transformer, load_config
 from transformer_mt.attention import padding_mask
-from transformer_mt.model import DecoderLayer, Dropout, EncoderLayer, sinusoidal_positions
+from transformer_mt.model import (
+    DecoderLayer,
+    Dropout,
+    EncoderLayer,
+    keep_mask,
+    sinusoidal_positions,
+)
 from transformer_mt.model_stats import count_parameters, forward_flops_per_token, model_stats
 
 
@@ -246,15 +252,34 @@ def test_model_builds_from_every_preset():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_dropout_zeroes_with_the_mask_of_torch_rand_and_rescales(dtype):
-    drop, x = Dropout(0.3), torch.randn(64, 50, dtype=dtype, requires_grad=True)
+def test_dropout_zeroes_about_p_and_rescales_the_rest(dtype):
+    drop, x = Dropout(0.3), torch.randn(301, 97, dtype=dtype, requires_grad=True)  # odd size
     torch.manual_seed(7)
     y = drop(x)
-    torch.manual_seed(7)
-    dropped = torch.rand(x.shape) < 0.3  # the mask it draws
-    assert 0.25 < dropped.float().mean() < 0.35
-    expected = torch.where(dropped, 0.0, x.detach().float() / 0.7).to(dtype)
+    dropped = y.detach() == 0
+    n = x.numel()
+    assert abs(dropped.float().mean() - 0.3) < 4 * (0.3 * 0.7 / n) ** 0.5  # 4 sigma
+    scale = 2**16 / (2**16 - round(0.3 * 2**16))  # the mask's p is a multiple of 2^-16
+    expected = torch.where(dropped, 0.0, x.detach().float() * scale).to(dtype)
     torch.testing.assert_close(y.detach(), expected)
     y.backward(torch.ones_like(y))
-    torch.testing.assert_close(x.grad, torch.where(dropped, 0.0, 1 / 0.7).to(dtype))
+    torch.testing.assert_close(x.grad, torch.where(dropped, 0.0, scale).to(dtype))
+    torch.manual_seed(7)
+    assert torch.equal(drop(x), y), "the same seed draws the same mask"
+    assert not torch.equal(drop(x) == 0, dropped), "the next draw is another mask"
     assert torch.equal(drop.eval()(x), x)
+
+
+def test_dropout_masks_are_unbiased_and_independent_in_every_lane():
+    """Each of the three 16-bit lanes cut from one 64-bit draw drops with probability p, and
+    neighbouring elements (lanes of one draw, or of two) are uncorrelated."""
+    torch.manual_seed(0)
+    p, n = 0.1, 3 * 200_000
+    dropped = ~keep_mask(torch.Size([n]), round(p * 2**16), torch.device("cpu"))
+    sigma = (p * (1 - p) / (n / 3)) ** 0.5
+    for lane in range(3):
+        assert abs(dropped[lane::3].float().mean() - p) < 5 * sigma
+    both = (dropped[:-1] & dropped[1:]).float().mean()  # P(two neighbours dropped) = p^2
+    assert abs(both - p * p) < 5 * (p * p / n) ** 0.5
+    assert keep_mask(torch.Size([2, 5]), 0, torch.device("cpu")).all()
+    assert Dropout(1 - 1e-9).threshold == 2**16 - 1  # p < 1 never drops everything
