@@ -38,6 +38,10 @@ def test_translate_end_to_end(tmp_path, multi30k_vocab):
     assert main(["translate", "--model", str(tmp_path / "model"), "--input", str(src),
                  "--output", str(out), "--beam-size", "2"]) == 0
     assert len(out.read_text(encoding="utf-8").splitlines()) == 3
+    pair = tmp_path / "pair.txt"  # an ensemble of the model with itself: the same translations
+    assert main(["translate", "--model", str(tmp_path / "model"), str(tmp_path / "model"),
+                 "--input", str(src), "--output", str(pair), "--beam-size", "2"]) == 0
+    assert pair.read_text(encoding="utf-8") == out.read_text(encoding="utf-8")
     nbest = tmp_path / "nbest.txt"
     assert main(["translate", "--model", str(tmp_path / "model"), "--input", str(src),
                  "--output", str(nbest), "--beam-size", "2", "--n-best", "2"]) == 0

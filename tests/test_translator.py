@@ -1,7 +1,14 @@
 import pytest
 import torch
 
-from transformer_mt import DecodeConfig, ModelConfig, Transformer, Translator, save_model
+from transformer_mt import (
+    DecodeConfig,
+    Ensemble,
+    ModelConfig,
+    Transformer,
+    Translator,
+    save_model,
+)
 
 
 def make_translator(vocab):
@@ -86,3 +93,48 @@ def test_int8_is_cpu_only_and_not_with_bf16(multi30k_vocab):
                                         d_ff=64, n_encoder_layers=1, n_decoder_layers=1))
     with pytest.raises(ValueError, match="int8 runs on the CPU only"):
         Translator(model, multi30k_vocab, DecodeConfig(int8=True))
+
+
+def test_ensemble_step_is_the_mean_of_the_members_probabilities_with_and_without_cache():
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=50, d_model=32, n_heads=4, d_ff=64, n_encoder_layers=2,
+                      n_decoder_layers=2, dropout=0.0)
+    a, b = Transformer(cfg).eval(), Transformer(cfg).eval()
+    ensemble = Ensemble([a, b]).eval()
+    src = torch.randint(4, 50, (3, 7))
+    tgt = torch.cat([torch.full((3, 1), cfg.bos_id), torch.randint(4, 50, (3, 5))], dim=1)
+    with torch.no_grad():
+        mean_p = (a(src, tgt).softmax(-1) + b(src, tgt).softmax(-1)) / 2
+        full = ensemble.decode(tgt, ensemble.encode(src))
+        memories = ensemble.encode(src)
+        cache = ensemble.new_cache(memories)
+        steps = [ensemble.decode(tgt[:, t : t + 1], memories, cache) for t in range(6)]
+    torch.testing.assert_close(full, mean_p.log(), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+
+
+def test_ensemble_of_one_model_twice_translates_as_that_model(tmp_path, multi30k_vocab):
+    translator = make_translator(multi30k_vocab)
+    translator.decode_cfg = DecodeConfig(beam_size=3, n_best=2, max_length_offset=8)
+    for name in ("a", "b"):
+        save_model(translator.model, tmp_path / name, vocab_path=multi30k_vocab.path)
+    pair = Translator.from_dirs([tmp_path / "a", tmp_path / "b"], beam_size=3, n_best=2,
+                                max_length_offset=8)
+    assert isinstance(pair.model, Ensemble)
+    for alone, together in zip(translator.translate_nbest(SENTENCES),
+                               pair.translate_nbest(SENTENCES), strict=True):
+        assert [t.text for t in together] == [t.text for t in alone]
+        assert [t.score for t in together] == pytest.approx([t.score for t in alone], abs=1e-4)
+
+
+def test_ensemble_members_must_share_vocabulary_and_special_ids(tmp_path, multi30k_vocab):
+    translator = make_translator(multi30k_vocab)
+    save_model(translator.model, tmp_path / "a", vocab_path=multi30k_vocab.path)
+    save_model(translator.model, tmp_path / "b", vocab_path=multi30k_vocab.path)
+    (tmp_path / "b" / "sentencepiece.model").write_bytes(b"another vocabulary")
+    with pytest.raises(ValueError, match="b/sentencepiece.model differs from .*a/sentencepiece"):
+        Translator.from_dirs([tmp_path / "a", tmp_path / "b"])
+    other = Transformer(ModelConfig(vocab_size=len(multi30k_vocab), d_model=32, n_heads=4,
+                                    d_ff=64, n_encoder_layers=1, n_decoder_layers=1, eos_id=4))
+    with pytest.raises(ValueError, match="member 2 has eos_id 4, member 1 has 3"):
+        Ensemble([translator.model, other])

@@ -46,9 +46,9 @@ def _translate(args: argparse.Namespace) -> int:
                                    ("batch_size", args.batch_size), ("bf16", args.bf16),
                                    ("int8", args.int8))
                  if v is not None}
-    model_dir = resolve_model_dir(args.model)
-    log.info("translating with %s", model_dir)
-    translator = Translator.from_dir(model_dir, device=args.device, **overrides)
+    model_dirs = [resolve_model_dir(m) for m in args.model]
+    log.info("translating with %s", ", ".join(str(d) for d in model_dirs))
+    translator = Translator.from_dirs(model_dirs, device=args.device, **overrides)
     if args.input:
         sentences = read_text(args.input)
     else:
@@ -234,9 +234,12 @@ def build_parser() -> argparse.ArgumentParser:
         "translate", help="translate sentences with a model or run directory",
         description="Translate one sentence per line from --input (default stdin) to --output "
                     "(default stdout), in input order. --model is a model directory (e.g. from "
-                    "average) or a run directory (its latest checkpoint).",
+                    "average) or a run directory (its latest checkpoint); several --model "
+                    "directories with one vocabulary decode as an ensemble (their next-token "
+                    "probabilities averaged).",
     )
-    tr.add_argument("--model", required=True, type=Path, help="model or run directory")
+    tr.add_argument("--model", required=True, type=Path, nargs="+", action="extend",
+                    help="model or run directory; several: an ensemble")
     tr.add_argument("--input", type=Path, help="source file, one sentence per line")
     tr.add_argument("--output", type=Path, help="where to write translations")
     tr.add_argument("--beam-size", type=int, help="beam size (model default: 4)")

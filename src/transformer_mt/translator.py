@@ -14,6 +14,7 @@ from torch import nn
 
 from .config import DecodeConfig
 from .decoding import Hypothesis, generate
+from .ensemble import Ensemble
 from .model import Transformer
 from .model_io import VOCAB_FILE, load_model
 from .vocab import Vocabulary
@@ -40,10 +41,11 @@ class Translation:
 
 
 class Translator:
-    """Translate sentences with `model`. Sentences are decoded in batches of similar length and
-    returned in input order."""
+    """Translate sentences with `model` (or an Ensemble). Sentences are decoded in batches of
+    similar length and returned in input order."""
 
-    def __init__(self, model: Transformer, vocab: Vocabulary, decode: DecodeConfig | None = None):
+    def __init__(self, model: Transformer | Ensemble, vocab: Vocabulary,
+                 decode: DecodeConfig | None = None):
         if len(vocab) != model.cfg.vocab_size:
             raise ValueError(
                 f"vocabulary {vocab.path or ''} has {len(vocab)} pieces, the model expects "
@@ -51,15 +53,32 @@ class Translator:
             )
         self.vocab = vocab
         self.decode_cfg = decode or DecodeConfig()
-        self.model = quantize_int8(model) if self.decode_cfg.int8 else model.eval()
+        if self.decode_cfg.int8:
+            model = Ensemble([quantize_int8(m) for m in model.members]) \
+                if isinstance(model, Ensemble) else quantize_int8(model)
+        self.model = model.eval()
 
     @classmethod
     def from_dir(cls, model_dir: str | Path, *, device: str = "cpu", **decode_overrides):
         """Load a model directory (weights, config, vocabulary); override decoding settings,
         e.g. `beam_size=5`."""
-        model, decode_cfg = load_model(model_dir, device=device)
-        vocab = Vocabulary.load(Path(model_dir) / VOCAB_FILE)
-        return cls(model, vocab, dataclasses.replace(decode_cfg, **decode_overrides))
+        return cls.from_dirs([model_dir], device=device, **decode_overrides)
+
+    @classmethod
+    def from_dirs(cls, model_dirs: Sequence[str | Path], *, device: str = "cpu",
+                  **decode_overrides):
+        """Several model directories with one vocabulary as an Ensemble (one directory: that
+        model alone); decoding settings from the first, then the overrides."""
+        dirs = [Path(d) for d in model_dirs]
+        for other in dirs[1:]:
+            if (other / VOCAB_FILE).read_bytes() != (dirs[0] / VOCAB_FILE).read_bytes():
+                raise ValueError(f"{other / VOCAB_FILE} differs from {dirs[0] / VOCAB_FILE}: "
+                                 "an ensemble's models must share one vocabulary")
+        loaded = [load_model(d, device=device) for d in dirs]
+        models = [model for model, _ in loaded]
+        model = models[0] if len(models) == 1 else Ensemble(models)
+        vocab = Vocabulary.load(dirs[0] / VOCAB_FILE)
+        return cls(model, vocab, dataclasses.replace(loaded[0][1], **decode_overrides))
 
     def encode_source(self, sentence: str, index: int) -> list[int]:
         ids = self.vocab.encode(sentence) + [self.model.cfg.eos_id]
