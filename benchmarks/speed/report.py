@@ -16,7 +16,8 @@ from pathlib import Path
 
 import torch
 
-TRAIN_METRICS = ("tokens_per_s", "fraction_of_matmul_peak", "peak_rss_mib")
+TRAIN_METRICS = ("tokens_per_s", "fraction_of_matmul_peak", "peak_rss_mib",
+                 "page_faults_per_step")
 DECODE_METRICS = ("greedy_sentences_per_s", "beam4_sentences_per_s", "beam4_latency_ms")
 
 
@@ -129,14 +130,16 @@ def markdown(meta: dict, train: dict, decode: dict, rat: dict) -> str:
              f"{meta['ctranslate2']}, commit {meta['commit']}. Medians (min-max) over "
              "separate processes. Random weights, 8k vocabulary, real Multi30k batches.", "",
              "## Training (4,096-token batches, full steps: forward, backward, Adam)", "",
-             "| shape | engine | dtype | runs | target tok/s | of matmul peak | peak RSS MiB |",
-             "|---|---|---|---|---|---|---|"]
+             "| shape | engine | dtype | runs | target tok/s | of matmul peak | peak RSS MiB "
+             "| page faults / step |",
+             "|---|---|---|---|---|---|---|---|"]
     for key, e in train.items():
         shape, engine, dtype = key.split("/")
         peak = e.get("fraction_of_matmul_peak")
         peak_s = f"{100 * peak['median']:.0f} %" if peak else "—"
         lines.append(f"| {shape} | {engine} | {dtype} | {e['runs']} | "
-                     f"{fmt(e.get('tokens_per_s'))} | {peak_s} | {fmt(e.get('peak_rss_mib'))} |")
+                     f"{fmt(e.get('tokens_per_s'))} | {peak_s} | {fmt(e.get('peak_rss_mib'))} | "
+                     f"{fmt(e.get('page_faults_per_step'))} |")
     lines += ["", "## Decoding (1,014 val sentences, batch 64 sorted by length, 30 output tokens "
               "each; latency: one sentence, beam 4)", "",
               "| shape | engine | dtype | runs | greedy sent/s | beam-4 sent/s "

@@ -68,6 +68,11 @@ def step_flops(cfg: ModelConfig, batch_shapes: list[tuple[int, int, int]]) -> li
     return out
 
 
+def minor_faults() -> int:
+    """Page faults of this process so far that needed no disk: a freshly mapped page touched."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, required=True)
@@ -93,16 +98,17 @@ def main(argv: list[str] | None = None) -> dict:
                             seed=1, epoch=0)[: args.warmup + args.steps]
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    times, tokens, shapes = [], [], []
+    times, tokens, shapes, faults = [], [], [], 0
     for i, batch in enumerate(batches):
         tensors = tuple(t.to(device) for t in data.collate(batch))
         n_target = int(data.tgt_lengths[batch].sum())
         sync(device)
-        start = time.perf_counter()
+        start, faults_before = time.perf_counter(), minor_faults()
         engine.train_step(*tensors, n_target)
         sync(device)
         if i >= args.warmup:
             times.append(time.perf_counter() - start)
+            faults += minor_faults() - faults_before
             tokens.append(n_target)
             shapes.append((tensors[0].shape[0], tensors[0].shape[1], tensors[1].shape[1]))
     flops = step_flops(cfg.model, shapes)
@@ -123,6 +129,7 @@ def main(argv: list[str] | None = None) -> dict:
         "achieved_flops_per_s": achieved, "matmul_peak_flops_per_s": peak,
         "fraction_of_matmul_peak": achieved / peak,
         "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "page_faults_per_step": faults / len(times),
         "peak_gpu_mib": torch.cuda.max_memory_allocated(device) / 2**20
         if device.type == "cuda" else None,
     }
