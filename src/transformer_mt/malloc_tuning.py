@@ -18,7 +18,6 @@ MALLOC_TRIM_THRESHOLD_ themselves, and with TRANSFORMER_MT_MALLOC=default.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import logging
 import os
 import platform
@@ -40,7 +39,8 @@ def tune_malloc() -> bool:
         return False
     if platform.libc_ver()[0] != "glibc":
         return False
-    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    libc = ctypes.CDLL(None)  # this process's symbols, glibc's among them (find_library would
+    # run ldconfig in a subprocess)
     ok = bool(libc.mallopt(M_MMAP_THRESHOLD, THRESHOLD)) and \
         bool(libc.mallopt(M_TRIM_THRESHOLD, THRESHOLD))
     if not ok:
