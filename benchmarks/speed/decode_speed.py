@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from engines import build, emit, malloc_label
+from engines import build, emit
 
 from transformer_mt.config import load_config
 from transformer_mt.data import ParallelData
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> dict:
     n = len(order)
     engine.decode(batches[len(batches) // 2], beam=1, length=args.length)  # warm-up
     result = {"engine": engine.name, "shape": args.shape, "dtype": args.dtype,
-              "malloc": malloc_label(args.engine),
+              "malloc": engine.malloc,
               "cpu": platform.processor() or platform.machine(),
               "threads": torch.get_num_threads(), "torch": torch.__version__,
               "sentences": n, "output_tokens": args.length, "batch_size": args.batch_size}

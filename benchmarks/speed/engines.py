@@ -3,7 +3,7 @@ transformer-mt, Hugging Face MarianMTModel, CTranslate2 (converted from that Mar
 torch.nn.Transformer with the tutorial's naive decoding. Ours runs as the `transformer-mt`
 command does, with glibc's malloc thresholds raised (malloc_tuning.py); the peers as they ship.
 run.sh also runs ours without and the peers with the same thresholds (glibc's environment
-variables), as controls; `malloc_label` records which. Each engine exposes what its benchmark
+variables), as controls; `build` records which. Each engine exposes what its benchmark
 needs: a training step on (src, tgt_in, tgt_out) id batches, and decoding of id batches with the
 output length forced to `length` tokens (so that random models do identical work).
 """
@@ -220,30 +220,25 @@ class TorchTransformer(nn.Module):
 
 def build(engine: str, cfg: ModelConfig, *, dtype: str, threads: int, device: str = "cpu"):
     """An engine by name: ours, marian, torch (any dtype of fp32/bf16; ours also int8 for
-    decoding), ct2 (fp32/int8)."""
+    decoding), ct2 (fp32/int8). Its `malloc` records whether glibc's mmap/trim thresholds are
+    raised ('tuned': ours unless run with TRANSFORMER_MT_MALLOC=default, a peer when run.sh sets
+    MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_) or not ('default')."""
     bf16 = dtype == "bf16"
+    tuned = tune_malloc() if engine == "ours" else all(
+        name in os.environ for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"))
     if engine == "ours":
-        tune_malloc()
-        return Ours(cfg, dtype=dtype, device=device)
-    if engine == "marian":
-        return Marian(cfg, bf16=bf16)
-    if engine == "torch":
-        return TorchTransformer(cfg, bf16=bf16)
-    if engine == "ct2":
-        return CTranslate2(cfg, compute_type={"fp32": "float32", "int8": "int8"}[dtype],
-                           threads=threads)
-    raise ValueError(f"unknown engine {engine!r}")
-
-
-def malloc_label(engine: str) -> str:
-    """'tuned' where glibc's mmap/trim thresholds are raised (ours unless run with
-    TRANSFORMER_MT_MALLOC=default, a peer when run.sh sets MALLOC_MMAP_THRESHOLD_ and
-    MALLOC_TRIM_THRESHOLD_), else 'default'."""
-    if engine == "ours":
-        return "tuned" if tune_malloc() else "default"
-    by_env = all(name in os.environ for name in ("MALLOC_MMAP_THRESHOLD_",
-                                                 "MALLOC_TRIM_THRESHOLD_"))
-    return "tuned" if by_env else "default"
+        built = Ours(cfg, dtype=dtype, device=device)
+    elif engine == "marian":
+        built = Marian(cfg, bf16=bf16)
+    elif engine == "torch":
+        built = TorchTransformer(cfg, bf16=bf16)
+    elif engine == "ct2":
+        built = CTranslate2(cfg, compute_type={"fp32": "float32", "int8": "int8"}[dtype],
+                            threads=threads)
+    else:
+        raise ValueError(f"unknown engine {engine!r}")
+    built.malloc = "tuned" if tuned else "default"
+    return built
 
 
 def git_commit() -> str:

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import torch
-from engines import build, emit, malloc_label
+from engines import build, emit
 from torch.utils.flop_counter import FlopCounterMode
 
 from transformer_mt.config import ModelConfig, load_config
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> dict:
     achieved = sum(flops) / sum(times)
     result = {
         "engine": engine.name, "shape": args.shape, "dtype": args.dtype,
-        "malloc": malloc_label(args.engine),
+        "malloc": engine.malloc,
         "device": torch.cuda.get_device_name(device) if device.type == "cuda"
         else platform.processor() or platform.machine(),
         "threads": torch.get_num_threads(), "torch": torch.__version__,

@@ -58,12 +58,13 @@ class Dropout(nn.Module):
         super().__init__()
         self.p = p
         self.threshold = min(round(p * 2**16), 2**16 - 1)  # drop where the 16-bit number is below
+        self.scale = 2**16 / (2**16 - self.threshold)  # 1 / (1 - p) for the rounded p
 
     def forward(self, x: Tensor) -> Tensor:
         if not self.training or self.threshold == 0:
             return x
         keep = keep_mask(x.shape, self.threshold, x.device)
-        return x * keep.to(x.dtype).mul_(2**16 / (2**16 - self.threshold))
+        return x * keep.to(x.dtype).mul_(self.scale)
 
     def extra_repr(self) -> str:
         return f"p={self.p}"
