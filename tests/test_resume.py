@@ -166,3 +166,15 @@ def test_same_seed_same_bytes_and_translations(prepared_multi30k, tmp_path):
     sources = (prepared_multi30k / "valid.src.txt").read_text().splitlines()[:10]
     outputs = [Translator.from_dir(p, max_length_offset=5).translate(sources) for p in last]
     assert outputs[0] == outputs[1]
+
+
+def test_max_epochs_stops_at_the_epoch_boundary(prepared_multi30k, tmp_path, monkeypatch):
+    # two epochs exactly: not one batch of the third (a resumed run then starts it whole)
+    recorder = Recorder(monkeypatch)
+    state = train(config(0, "train.max_epochs=2"), data_dir=prepared_multi30k,
+                  run_dir=tmp_path / "run")
+    data = ParallelData(prepared_multi30k, "train")
+    per_epoch = [len(token_batches(data.src_lengths, data.tgt_lengths, max_tokens=800, seed=1,
+                                   epoch=epoch)) for epoch in range(2)]
+    assert len(recorder.batches) == state["step"] == sum(per_epoch)
+    assert (state["epoch"], state["batch_in_epoch"]) == (2, 0)

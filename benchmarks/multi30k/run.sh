@@ -4,6 +4,8 @@
 # Usage: benchmarks/multi30k/run.sh SRC TGT MINUTES [OUT_DIR]   e.g. run.sh en de 85
 # CONFIG=path.yaml picks another config (default benchmarks/multi30k/multi30k.yaml).
 # TRAIN_ARGS="--train.max_steps=9800 ..." adds overrides to `train`.
+# BIDIRECTIONAL_EPOCHS=N trains the first N epochs on both directions of every pair (Ding et al.
+# 2021, bidirectional_data.py), the rest on SRC->TGT.
 # AVERAGE="5 10", ALPHAS="0.6 1.0" and BEAMS="4 8" pass to finish.sh (averaging, selection on
 # val, test); the config's train.keep_last must keep as many checkpoints as AVERAGE averages.
 # Weights stay in OUT_DIR (default runs/multi30k-SRC-TGT, git-ignored); the config, logs and
@@ -20,6 +22,14 @@ echo "== $(date -u +%FT%TZ) multi30k $SRC->$TGT, $MINUTES min, commit $(git -C "
 
 [ -f "$OUT/data/meta.json" ] || transformer-mt prepare --dataset multi30k --pair "$SRC-$TGT" \
   --data-dir "$DATA" --config "$CONFIG" --out "$OUT/data"
+if [ -n "${BIDIRECTIONAL_EPOCHS:-}" ]; then
+  # first both directions of every pair for that many epochs, then SRC->TGT only (one run
+  # directory, one schedule; the second leg resumes despite the other data's fingerprint)
+  python3 "$REPO/benchmarks/multi30k/bidirectional_data.py" "$OUT/data" "$OUT/data-bidirectional"
+  transformer-mt train --config "$CONFIG" --data "$OUT/data-bidirectional" --run-dir "$OUT/run" \
+    --train.max_minutes="$MINUTES" --train.max_epochs="$BIDIRECTIONAL_EPOCHS" ${TRAIN_ARGS:-}
+  RESUME_ARGS="--ignore-mismatch --train.max_epochs=0"
+fi
 transformer-mt train --config "$CONFIG" --data "$OUT/data" --run-dir "$OUT/run" \
-  --train.max_minutes="$MINUTES" ${TRAIN_ARGS:-}
+  --train.max_minutes="$MINUTES" ${TRAIN_ARGS:-} ${RESUME_ARGS:-}
 "$REPO/benchmarks/multi30k/finish.sh" "$OUT" "$SRC" "$TGT"

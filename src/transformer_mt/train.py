@@ -513,6 +513,7 @@ def _train(cfg: Config, data_dir: Path, run_dir: Path, ignore_mismatch: bool, wo
         if state["batch_in_epoch"] >= len(batches):
             state["epoch"] += 1
             state["batch_in_epoch"] = 0
+            stop = stop or out_of_budget()  # train.max_epochs reached: not a step more
     progress.close()
     if out_of_patience():
         log.info("stopping: no better validation score for %d validations (best at step %s)",
