@@ -18,7 +18,8 @@ OUT=${4:-$REPO/runs/multi30k-$SRC-$TGT}
 CONFIG=${CONFIG:-$REPO/benchmarks/multi30k/multi30k.yaml}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/run.log") 2>&1
-echo "== $(date -u +%FT%TZ) multi30k $SRC->$TGT, $MINUTES min, commit $(git -C "$REPO" rev-parse --short HEAD), config $CONFIG ${TRAIN_ARGS:-}"
+echo "== $(date -u +%FT%TZ) multi30k $SRC->$TGT, $MINUTES min, commit $(git -C "$REPO" rev-parse --short HEAD), config $CONFIG ${TRAIN_ARGS:-}" \
+  "BIDIRECTIONAL_EPOCHS=${BIDIRECTIONAL_EPOCHS:-} AVERAGE=${AVERAGE:-} ALPHAS=${ALPHAS:-} BEAMS=${BEAMS:-}"
 
 [ -f "$OUT/data/meta.json" ] || transformer-mt prepare --dataset multi30k --pair "$SRC-$TGT" \
   --data-dir "$DATA" --config "$CONFIG" --out "$OUT/data"
