@@ -178,3 +178,18 @@ def test_max_epochs_stops_at_the_epoch_boundary(prepared_multi30k, tmp_path, mon
                                    epoch=epoch)) for epoch in range(2)]
     assert len(recorder.batches) == state["step"] == sum(per_epoch)
     assert (state["epoch"], state["batch_in_epoch"]) == (2, 0)
+
+
+def test_a_run_stopped_before_its_cooldown_ends_says_so(prepared_multi30k, tmp_path, caplog):
+    # the cooldown counts to train.max_steps; a run that stops earlier (here on max_epochs, as
+    # on max_minutes) never reaches its end, and the log says how to finish it
+    state = train(config(1000, "train.max_epochs=1", "train.lr_cooldown_steps=100"),
+                  data_dir=prepared_multi30k, run_dir=tmp_path / "run")
+    assert state["step"] < 1000
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any(f"stopped at step {state['step']} of train.max_steps=1000" in w
+               and "cooldown" in w for w in warnings), warnings
+    caplog.clear()
+    train(config(state["step"], "train.lr_cooldown_steps=10"), data_dir=prepared_multi30k,
+          run_dir=tmp_path / "finished")
+    assert not any("cooldown" in r.getMessage() for r in caplog.records)

@@ -518,6 +518,11 @@ def _train(cfg: Config, data_dir: Path, run_dir: Path, ignore_mismatch: bool, wo
     if out_of_patience():
         log.info("stopping: no better validation score for %d validations (best at step %s)",
                  tcfg.patience, state["best_step"])
+    if tcfg.lr_cooldown_steps and state["step"] < tcfg.max_steps:
+        log.warning("stopped at step %d of train.max_steps=%d: the learning rate's cooldown "
+                    "(the last %d steps) has not finished; run train again on this run directory "
+                    "to finish it, or lower train.max_steps to fit the time budget",
+                    state["step"], tcfg.max_steps, tcfg.lr_cooldown_steps)
     state["train_seconds"] = seconds_before + time.monotonic() - started
     if saved_step != state["step"]:
         if state["step"] % tcfg.valid_every:
