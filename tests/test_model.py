@@ -205,6 +205,26 @@ def test_three_way_tying_and_untying():
     assert total[1] - total[0] == total[2] - total[1] == 50 * 32
 
 
+@pytest.mark.parametrize("bf16", [False, True])
+def test_pre_softmax_copy_for_decoding_equals_the_linear_and_follows_weight_updates(bf16):
+    model = tiny_model(seed=2).eval()
+    x = torch.randn(3, 2, model.cfg.d_model)
+    dtype = torch.bfloat16 if bf16 else torch.float32
+    for _ in range(2):  # the second round: after an in-place update of the tied weight
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            want = model.generator(x)
+            with torch.inference_mode():
+                got = model.pre_softmax(x)
+        assert got.dtype == want.dtype == dtype
+        torch.testing.assert_close(got, want, atol=1e-2 if bf16 else 1e-5, rtol=1e-2 if bf16
+                                   else 1e-5)
+        with torch.no_grad():
+            model.tgt_embed.tokens.weight.mul_(-2.0)
+    # with autograd it is the layer itself, and the gradient reaches the (tied) weight
+    model.pre_softmax(x).sum().backward()
+    assert model.generator.weight.grad is not None
+
+
 def test_activation_choices_are_used():
     x = torch.randn(2, 3, 32)
     for name, fn in [("relu", torch.relu), ("gelu", nn.functional.gelu),
