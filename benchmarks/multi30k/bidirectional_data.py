@@ -10,19 +10,11 @@ tuned on the original one (run.sh's BIDIRECTIONAL_EPOCHS).
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import shutil
 from pathlib import Path
 
-import numpy as np
-
-
-def concatenated(first: tuple[np.ndarray, np.ndarray], second: tuple[np.ndarray, np.ndarray]):
-    """(tokens, offsets) of the sentences of `first` followed by those of `second`."""
-    tokens = np.concatenate([first[0], second[0]])
-    offsets = np.concatenate([first[1], first[1][-1] + second[1][1:]])
-    return tokens, offsets
+from transformer_mt.data import ParallelData, load_meta, sha256_file, write_side
 
 
 def main() -> None:
@@ -34,19 +26,16 @@ def main() -> None:
     for path in args.data.iterdir():
         if not path.name.startswith("train."):
             shutil.copy2(path, args.out / path.name)
-    side = {s: tuple(np.load(args.data / f"train.{s}.{kind}.npy") for kind in ("tokens", "offsets"))
-            for s in ("src", "tgt")}
-    meta = json.loads((args.data / "meta.json").read_text())
+    train = ParallelData(args.data, "train")
+    meta = load_meta(args.data)
+    ids = {s: [train.ids(s, i) for i in range(len(train))] for s in ("src", "tgt")}
+    text = {s: (args.data / f"train.{s}.txt").read_text(encoding="utf-8") for s in ids}
+    record = meta["inputs"]["train"]
     for name, (first, second) in {"src": ("src", "tgt"), "tgt": ("tgt", "src")}.items():
-        tokens, offsets = concatenated(side[first], side[second])
-        np.save(args.out / f"train.{name}.tokens.npy", tokens)
-        np.save(args.out / f"train.{name}.offsets.npy", offsets)
-        text = "".join((args.data / f"train.{s}.txt").read_text(encoding="utf-8")
-                       for s in (first, second))
-        (args.out / f"train.{name}.txt").write_text(text, encoding="utf-8")
-        record = meta["inputs"]["train"]
+        write_side(args.out, "train", name, ids[first] + ids[second], meta["vocab_size"])
+        (args.out / f"train.{name}.txt").write_text(text[first] + text[second], encoding="utf-8")
         record[name] = f"both directions of {args.data / 'train'}"
-        record[f"{name}_sha256"] = hashlib.sha256(tokens.tobytes()).hexdigest()
+        record[f"{name}_sha256"] = sha256_file(args.out / f"train.{name}.tokens.npy")
     meta["splits"]["train"] *= 2
     meta["bidirectional"] = True
     (args.out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
