@@ -141,3 +141,34 @@ def test_token_batches_shuffle_per_epoch_and_small_padding():
 def test_sentence_over_budget_is_an_error():
     with pytest.raises(DataError, match="does not fit in max_tokens=10"):
         token_batches(np.array([3, 11]), np.array([3, 3]), max_tokens=10, seed=0, epoch=0)
+
+
+def test_bpe_dropout_resegments_the_same_text_reproducibly(tmp_path):
+    train = SplitFiles("train", write(tmp_path / "t.en", EN), write(tmp_path / "t.de", DE))
+    prepare(train=train, others=[], out_dir=tmp_path / "out", cfg=DataConfig(vocab_size=120))
+    from transformer_mt.data import load_vocab
+
+    vocab, data = load_vocab(tmp_path / "out"), ParallelData(tmp_path / "out", "train")
+    plain = data.resegmented(vocab, dropout=0.0, seed=5)  # no dropout: the prepared pieces
+    for side in ("src", "tgt"):
+        assert np.array_equal(plain.tokens[side], data.tokens[side])
+        assert np.array_equal(plain.offsets[side], data.offsets[side])
+    a, b, c = (data.resegmented(vocab, dropout=0.3, seed=s) for s in (5, 5, 6))
+    assert np.array_equal(a.tokens["src"], b.tokens["src"])
+    assert np.array_equal(a.tokens["tgt"], b.tokens["tgt"])
+    assert not np.array_equal(a.offsets["src"], c.offsets["src"])
+    assert len(a) == len(data) and a.tgt_lengths.sum() > data.tgt_lengths.sum()
+    for i in range(len(data)):  # other pieces, the same sentence, still in its pair
+        assert vocab.decode(a.ids("src", i).tolist()) == EN[i]
+        assert vocab.decode(a.ids("tgt", i).tolist()) == DE[i]
+
+
+def test_bpe_dropout_refuses_text_that_no_longer_matches(tmp_path):
+    train = SplitFiles("train", write(tmp_path / "t.en", EN), write(tmp_path / "t.de", DE))
+    prepare(train=train, others=[], out_dir=tmp_path / "out", cfg=DataConfig(vocab_size=120))
+    from transformer_mt.data import load_vocab
+
+    write(tmp_path / "out/train.tgt.txt", DE[:-1])
+    with pytest.raises(DataError, match=r"train\.tgt\.txt: 39 lines.* 40 pairs"):
+        ParallelData(tmp_path / "out", "train").resegmented(
+            load_vocab(tmp_path / "out"), dropout=0.1, seed=0)

@@ -156,6 +156,19 @@ def test_interrupted_runs_see_every_example_once_per_epoch(prepared_multi30k, tm
     assert start <= steps
 
 
+def test_bpe_dropout_run_resumes_byte_identically(prepared_multi30k, tmp_path):
+    """Each epoch's BPE-dropout segmentation follows (seed, epoch): a run stopped mid-epoch and
+    resumed ends with the bytes of a straight run, and different from a run without dropout."""
+    extra = ("train.bpe_dropout=0.1",)
+    train(config(12, *extra), data_dir=prepared_multi30k, run_dir=tmp_path / "straight")
+    for steps in (7, 12):
+        train(config(steps, *extra), data_dir=prepared_multi30k, run_dir=tmp_path / "cut")
+    train(config(12), data_dir=prepared_multi30k, run_dir=tmp_path / "plain")
+    weights = {run: sha256(checkpoint_dirs(tmp_path / run)[-1] / ck.WEIGHTS_FILE)
+               for run in ("straight", "cut", "plain")}
+    assert weights["straight"] == weights["cut"] != weights["plain"]
+
+
 def test_same_seed_same_bytes_and_translations(prepared_multi30k, tmp_path):
     runs = [tmp_path / "a", tmp_path / "b"]
     for run in runs:

@@ -159,6 +159,9 @@ class TrainConfig:
     # towards 0 (a cooldown, for runs on a fixed step budget); 0: eq. (3) to the end.
     lr_cooldown_steps: int = 0
     label_smoothing: float = 0.1  # §5.4
+    # Not in the paper: BPE-dropout (Provilkov et al., 2020), the training text segmented anew
+    # each epoch with each merge skipped at this probability (0.1 in their paper); 0: off.
+    bpe_dropout: float = 0.0
     clip_norm: float = 0.0  # 0: no clipping (the paper does not clip)
     bf16: bool = False  # bfloat16 autocast (CPU or GPU); not in the paper
     fp16: bool = False  # float16 autocast with a dynamic loss scale (GPU); not in the paper
@@ -186,6 +189,8 @@ class TrainConfig:
             raise ValueError("train.bf16 and train.fp16 are exclusive: pick one")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ValueError(f"train.label_smoothing must be in [0, 1), got {self.label_smoothing}")
+        if not 0.0 <= self.bpe_dropout < 1.0:
+            raise ValueError(f"train.bpe_dropout must be in [0, 1), got {self.bpe_dropout}")
         if self.max_steps <= 0 and self.max_epochs <= 0 and self.max_minutes <= 0:
             raise ValueError("set train.max_steps, train.max_epochs or train.max_minutes")
         if self.lr_cooldown_steps and not 0 < self.lr_cooldown_steps <= self.max_steps:

@@ -115,12 +115,18 @@ def drop_reason(src_ids: list[int], tgt_ids: list[int], cfg: DataConfig) -> str 
     return None
 
 
-def write_side(out_dir: Path, split: str, side: str, ids: list[list[int]], vocab_size: int):
+def pack(ids: list[list[int]], vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Sentences of ids as one flat array (N tokens,) and offsets (N sentences + 1,)."""
     dtype = np.uint16 if vocab_size <= np.iinfo(np.uint16).max else np.int32
     lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
     offsets = np.zeros(len(ids) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     flat = np.fromiter((t for x in ids for t in x), dtype=dtype, count=int(offsets[-1]))
+    return flat, offsets
+
+
+def write_side(out_dir: Path, split: str, side: str, ids: list[list[int]], vocab_size: int):
+    flat, offsets = pack(ids, vocab_size)
     np.save(out_dir / f"{split}.{side}.tokens.npy", flat)
     np.save(out_dir / f"{split}.{side}.offsets.npy", offsets)
 
@@ -199,6 +205,9 @@ class ParallelData:
                     store[side] = np.load(path, mmap_mode="r", allow_pickle=False)
                 except (OSError, ValueError) as err:
                     raise DataError(f"{path}: cannot load prepared data: {err}") from None
+        self._measure()
+
+    def _measure(self) -> None:
         if len(self.offsets["src"]) != len(self.offsets["tgt"]):
             raise DataError(f"{self.data_dir}: {split} source and target counts differ")
         self.src_lengths = np.diff(self.offsets["src"]) + 1  # + EOS
@@ -226,6 +235,27 @@ class ParallelData:
             tgt_in[row, 0], tgt_in[row, 1 : len(t) + 1] = BOS_ID, t
             tgt_out[row, : len(t)], tgt_out[row, len(t)] = t, EOS_ID
         return torch.from_numpy(src), torch.from_numpy(tgt_in), torch.from_numpy(tgt_out)
+
+    def resegmented(self, vocab: Vocabulary, *, dropout: float, seed: int) -> ParallelData:
+        """This split encoded again from its text with BPE-dropout (Provilkov et al., 2020): each
+        merge is skipped with probability `dropout`, so a word is segmented differently from call
+        to call (at 0.1 sentences get ~40% more pieces). Same seed, same segmentation."""
+        import sentencepiece as spm
+
+        copy = object.__new__(ParallelData)
+        copy.data_dir, copy.split, copy.tokens, copy.offsets = self.data_dir, self.split, {}, {}
+        spm.set_random_generator_seed(seed)
+        for side in SIDES:
+            path = self.data_dir / f"{self.split}.{side}.txt"
+            lines = [line.decode("utf-8") for line in split_lines(read_bytes(path))]
+            if len(lines) != len(self):
+                raise DataError(f"{path}: {len(lines)} lines, but the prepared {self.split} split "
+                                f"has {len(self)} pairs")
+            ids = vocab.sp.encode(lines, enable_sampling=True, alpha=dropout,
+                                  num_threads=1)  # one thread: the sampling follows the seed
+            copy.tokens[side], copy.offsets[side] = pack(ids, len(vocab))
+        copy._measure()
+        return copy
 
 
 def token_batches(src_lengths: np.ndarray, tgt_lengths: np.ndarray, *, max_tokens: int,

@@ -437,7 +437,10 @@ def _train(cfg: Config, data_dir: Path, run_dir: Path, ignore_mismatch: bool, wo
 
     stop = out_of_budget() or stop_and_save_due()[0]
     while not stop:
-        batches = token_batches(train_data.src_lengths, train_data.tgt_lengths,
+        epoch_data = train_data if not tcfg.bpe_dropout else train_data.resegmented(
+            vocab, dropout=tcfg.bpe_dropout,
+            seed=int(np.random.default_rng([state["shuffle_seed"], state["epoch"]]).integers(2**31)))
+        batches = token_batches(epoch_data.src_lengths, epoch_data.tgt_lengths,
                                 max_tokens=tcfg.max_tokens, seed=state["shuffle_seed"],
                                 epoch=state["epoch"])
         while state["batch_in_epoch"] < len(batches) and not stop:
@@ -446,11 +449,11 @@ def _train(cfg: Config, data_dir: Path, run_dir: Path, ignore_mismatch: bool, wo
             lr = learning_rate(state["step"] + 1, tcfg, cfg.model.d_model)
             for param_group in optimizer.param_groups:
                 param_group["lr"] = lr
-            n_target = int(sum(train_data.tgt_lengths[b].sum() for b in group))
+            n_target = int(sum(epoch_data.tgt_lengths[b].sum() for b in group))
             # this rank's share; a rank left without one (end of epoch) adds zero gradient
             mine = group[world.rank :: world.size]
             scale = world.size / n_target if mine else 0.0
-            tensors = [tuple(t.to(device, non_blocking=True) for t in train_data.collate(b))
+            tensors = [tuple(t.to(device, non_blocking=True) for t in epoch_data.collate(b))
                        for b in (mine or group[:1])]
             with precision(tcfg, device):
                 loss_local, nll_local = forward_backward(
