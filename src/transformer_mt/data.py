@@ -209,7 +209,7 @@ class ParallelData:
 
     def _measure(self) -> None:
         if len(self.offsets["src"]) != len(self.offsets["tgt"]):
-            raise DataError(f"{self.data_dir}: {split} source and target counts differ")
+            raise DataError(f"{self.data_dir}: {self.split} source and target counts differ")
         self.src_lengths = np.diff(self.offsets["src"]) + 1  # + EOS
         self.tgt_lengths = np.diff(self.offsets["tgt"]) + 1  # + BOS (input) / EOS (output)
 

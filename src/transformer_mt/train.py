@@ -437,9 +437,10 @@ def _train(cfg: Config, data_dir: Path, run_dir: Path, ignore_mismatch: bool, wo
 
     stop = out_of_budget() or stop_and_save_due()[0]
     while not stop:
-        epoch_data = train_data if not tcfg.bpe_dropout else train_data.resegmented(
-            vocab, dropout=tcfg.bpe_dropout,
-            seed=int(np.random.default_rng([state["shuffle_seed"], state["epoch"]]).integers(2**31)))
+        epoch_data = train_data
+        if tcfg.bpe_dropout:  # a segmentation per epoch, drawn from (seed, epoch)
+            seed = np.random.default_rng([state["shuffle_seed"], state["epoch"]]).integers(2**31)
+            epoch_data = train_data.resegmented(vocab, dropout=tcfg.bpe_dropout, seed=int(seed))
         batches = token_batches(epoch_data.src_lengths, epoch_data.tgt_lengths,
                                 max_tokens=tcfg.max_tokens, seed=state["shuffle_seed"],
                                 epoch=state["epoch"])
