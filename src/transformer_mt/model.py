@@ -330,9 +330,11 @@ class Transformer(nn.Module):
         return DecoderCache(self.cross_kvs(memory), padding_mask(memory.src_is_pad_BS),
                             len(self.decoder.layers), beams)
 
-    def decode(self, tgt_BT: Tensor, memory: Memory, cache: DecoderCache | None = None) -> Tensor:
-        """Target ids (B, T) starting with bos_id -> logits (B, T, V) of the next tokens.
-        With a cache, tgt holds only the positions after those already decoded into it."""
+    def decode(self, tgt_BT: Tensor, memory: Memory, cache: DecoderCache | None = None, *,
+               project: bool = True) -> Tensor:
+        """Target ids (B, T) starting with bos_id -> logits (B, T, V) of the next tokens
+        (project=False: the decoder's output (B, T, D) before the pre-softmax linear). With a
+        cache, tgt holds only the positions after those already decoded into it."""
         start = 0 if cache is None else len(cache)
         T = tgt_BT.size(1)
         self_mask = causal_mask(T, start, device=tgt_BT.device)  # (T, start + T)
@@ -348,6 +350,8 @@ class Transformer(nn.Module):
             cross_mask=cross_mask, caches=None if cache is None else cache.self_kv,
             beams=1 if cache is None else cache.beams,
         )
+        if not project:
+            return x_BTD
         return self.pre_softmax(x_BTD)  # (B, T, V); the softmax is in the loss / the search
 
     def pre_softmax(self, x_BTD: Tensor) -> Tensor:
@@ -367,6 +371,8 @@ class Transformer(nn.Module):
             self._pre_softmax_key = key
         return x_BTD.to(dtype) @ self._pre_softmax_DV
 
-    def forward(self, src_BS: Tensor, tgt_BT: Tensor) -> Tensor:
-        """Teacher forcing: source (B, S) and shifted target (B, T) -> logits (B, T, V)."""
-        return self.decode(tgt_BT, self.encode(src_BS))
+    def forward(self, src_BS: Tensor, tgt_BT: Tensor, *, project: bool = True) -> Tensor:
+        """Teacher forcing: source (B, S) and shifted target (B, T) -> logits (B, T, V); with
+        project=False the states (B, T, D) for a loss that applies the pre-softmax linear itself
+        (train.label_smoothed_nll)."""
+        return self.decode(tgt_BT, self.encode(src_BS), project=project)

@@ -54,57 +54,82 @@ def learning_rate(step: int, tcfg: TrainConfig, d_model: int) -> float:
     return lr
 
 
-def label_smoothed_nll(logits_NV: Tensor, target_N: Tensor, *, eps: float, pad_id: int
-                       ) -> tuple[Tensor, Tensor, int]:
-    """Label-smoothed cross-entropy (§5.4, Szegedy et al.): the target distribution puts
-    1 - eps on the reference token and eps spread uniformly over the vocabulary.
-    Returns (smoothed loss summed over non-pad targets, their NLL sum, their count)."""
+def label_smoothed_nll(x_ND: Tensor, weight_VD: Tensor, target_N: Tensor, *, eps: float,
+                       pad_id: int) -> tuple[Tensor, Tensor, int]:
+    """Label-smoothed cross-entropy (§5.4, Szegedy et al.) of the logits x W^T of the
+    pre-softmax linear: the target distribution puts 1 - eps on the reference token and eps
+    spread uniformly over the vocabulary. Returns (smoothed loss summed over non-pad targets,
+    their NLL sum, their count)."""
     keep_N = target_N.ne(pad_id)
-    loss, nll = LabelSmoothedNLL.apply(logits_NV, target_N, keep_N, eps)
+    loss, nll = ProjectedLabelSmoothedNLL.apply(x_ND, weight_VD, target_N, keep_N, eps)
     return loss, nll, int(keep_N.sum())
 
 
-class LabelSmoothedNLL(torch.autograd.Function):
-    """The loss with its gradient written out, d loss_n / d logit_nv = softmax_nv
-    - (1 - eps) [v = target_n] - eps / V, computed in fp32 from bf16/fp16 logits, a block of rows
-    at a time on CPU so that each block's passes stay in cache. Autograd through log_softmax,
-    gather and mean made about eight passes over the whole (N, V) array in memory: on the 2-core
-    CPU they took 30% of a Transformer-tiny step with an 8k vocabulary, this takes 8%. The NLL
-    (for perplexity) carries no gradient."""
+class ProjectedLabelSmoothedNLL(torch.autograd.Function):
+    """The pre-softmax linear and the loss in one, with the gradient written out:
+    d loss_n / d logit_nv = g_nv = softmax_nv - (1 - eps) [v = target_n] - eps / V, so
+    d/dx = g W and d/dW = g^T x. A block of rows at a time, the logits are made, give the loss
+    and (when a gradient is wanted) their share of both gradients, and are dropped: the (N, V)
+    logits and their gradient never exist whole (for a 4k-token batch and an 8k vocabulary,
+    131 MB each in fp32), and each block's softmax passes stay in cache (autograd through
+    log_softmax, gather and mean made about eight passes over the whole array: 30 % of a
+    Transformer-tiny step on the 2-core CPU, where the block-wise loss took 8 %). The gradients
+    are made in the forward pass and scaled by the incoming gradient in the backward one. The
+    matmuls run in the autocast dtype when autocast is on, the softmax in fp32. The NLL (for
+    perplexity) carries no gradient."""
 
     @staticmethod
-    def forward(ctx, logits_NV: Tensor, target_N: Tensor, keep_N: Tensor, eps: float):
-        nll_N = logits_NV.new_empty(len(target_N), dtype=torch.float32)
+    def forward(ctx, x_ND: Tensor, weight_VD: Tensor, target_N: Tensor, keep_N: Tensor,
+                eps: float):
+        device = x_ND.device.type
+        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) \
+            else x_ND.dtype
+        want_x, want_w = ctx.needs_input_grad[:2]
+        x, w = x_ND.to(dtype), weight_VD.to(dtype)
+        V = w.size(0)
+        nll_N = x_ND.new_empty(len(target_N), dtype=torch.float32)
         loss_N = torch.empty_like(nll_N)
-        for rows in row_blocks(logits_NV):
-            logp_RV = torch.log_softmax(logits_NV[rows], dim=-1, dtype=torch.float32)
-            nll_R = -logp_RV.gather(1, target_N[rows, None]).squeeze(1)
-            nll_N[rows], loss_N[rows] = nll_R, (1.0 - eps) * nll_R - eps * logp_RV.mean(dim=-1)
+        grad_x = torch.empty_like(x_ND) if want_x else None
+        grad_w = torch.zeros_like(weight_VD, dtype=torch.float32) if want_w else None
+        with torch.autocast(device, enabled=False):  # the dtypes are chosen above
+            for rows in row_blocks(len(x), V, device):
+                logp_RV = torch.log_softmax(x[rows] @ w.t(), dim=-1, dtype=torch.float32)
+                target_R1 = target_N[rows, None]
+                nll_R = -logp_RV.gather(1, target_R1).squeeze(1)
+                nll_N[rows], loss_N[rows] = nll_R, (1.0 - eps) * nll_R - eps * logp_RV.mean(-1)
+                if not (want_x or want_w):
+                    continue
+                g_RV = logp_RV.exp_().sub_(eps / V)
+                g_RV.scatter_add_(1, target_R1, g_RV.new_full(target_R1.shape, eps - 1.0))
+                g_RV = g_RV.mul_(keep_N[rows, None]).to(dtype)  # padding: no gradient
+                if want_x:
+                    grad_x[rows] = g_RV @ w
+                if want_w and dtype == torch.float32:
+                    grad_w.addmm_(g_RV.t(), x[rows])
+                elif want_w:
+                    grad_w += g_RV.t() @ x[rows]
+        ctx.grads = grad_x, grad_w
         zero = loss_N.new_zeros(())  # where(), not indexing: no sync, no data-dependent shape
         nll = torch.where(keep_N, nll_N, zero).sum()
-        ctx.save_for_backward(logits_NV, target_N, keep_N)
-        ctx.eps = eps
         ctx.mark_non_differentiable(nll)
         return torch.where(keep_N, loss_N, zero).sum(), nll
 
     @staticmethod
     def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor):
-        logits_NV, target_N, keep_N = ctx.saved_tensors
-        eps, V = ctx.eps, logits_NV.size(-1)
-        grad_N1 = torch.where(keep_N, grad_loss, 0.0)[:, None]
-        grad_NV = torch.empty_like(logits_NV)
-        for rows in row_blocks(logits_NV):
-            g_RV = torch.softmax(logits_NV[rows], dim=-1, dtype=torch.float32).sub_(eps / V)
-            g_RV.scatter_add_(1, target_N[rows, None], g_RV.new_full((len(g_RV), 1), eps - 1))
-            grad_NV[rows] = g_RV.mul_(grad_N1[rows])
-        return grad_NV, None, None, None
+        grad_x, grad_w = ctx.grads
+        ctx.grads = None
+        if grad_x is not None:
+            grad_x = grad_x.mul_(grad_loss.to(grad_x.dtype))
+        if grad_w is not None:
+            grad_w = grad_w.mul_(grad_loss)
+        return grad_x, grad_w, None, None, None
 
 
-def row_blocks(x_NV: Tensor) -> list[slice]:
-    """Row slices of about a million elements on CPU (4 MB in fp32: 131 rows of an 8k
-    vocabulary); one slice on GPUs, where the extra kernel launches would cost more."""
-    n = len(x_NV)
-    size = n if x_NV.device.type == "cuda" else max(1, 2**20 // x_NV.size(-1))
+def row_blocks(n: int, width: int, device: str) -> list[slice]:
+    """Row slices of about four million elements on CPU (16 MB in fp32: 524 rows of an 8k
+    vocabulary, within the cache, a few matmuls per batch); one slice on GPUs, where the extra
+    kernel launches would cost more."""
+    size = n if device == "cuda" else max(1, 2**22 // width)
     return [slice(i, min(i + size, n)) for i in range(0, n, size)]
 
 
@@ -130,9 +155,10 @@ def forward_backward(model: nn.Module, batches: list[tuple[Tensor, Tensor, Tenso
         sync = model.no_sync() if hasattr(model, "no_sync") and not last else \
             contextlib.nullcontext()
         with sync:
-            logits = model(src, tgt_in)
-            loss, nll, _ = label_smoothed_nll(logits.flatten(0, 1), tgt_out.flatten(), eps=eps,
-                                              pad_id=pad_id)
+            states = model(src, tgt_in, project=False)
+            weight = getattr(model, "module", model).generator.weight  # DDP wraps the model
+            loss, nll, _ = label_smoothed_nll(states.flatten(0, 1), weight, tgt_out.flatten(),
+                                              eps=eps, pad_id=pad_id)
             scaled = loss * scale
             (scaler.scale(scaled) if scaler is not None else scaled).backward()
         loss_total, nll_total = loss_total + loss.item(), nll_total + nll.item()
@@ -150,9 +176,9 @@ def validate(model: Transformer, data: ParallelData, *, max_tokens: int, eps: fl
     for batch in token_batches(data.src_lengths, data.tgt_lengths, max_tokens=max_tokens,
                                seed=0, epoch=0, shuffle=False):
         src, tgt_in, tgt_out = (t.to(device) for t in data.collate(batch))
-        logits = model(src, tgt_in)
-        loss, nll, n = label_smoothed_nll(logits.flatten(0, 1), tgt_out.flatten(), eps=eps,
-                                          pad_id=model.cfg.pad_id)
+        states = model(src, tgt_in, project=False)
+        loss, nll, n = label_smoothed_nll(states.flatten(0, 1), model.generator.weight,
+                                          tgt_out.flatten(), eps=eps, pad_id=model.cfg.pad_id)
         loss_sum, nll_sum, n_tokens = loss_sum + float(loss), nll_sum + float(nll), n_tokens + n
     model.train(was_training)
     return {"loss": loss_sum / n_tokens, "nll": nll_sum / n_tokens,
