@@ -33,10 +33,10 @@ def poison(monkeypatch, steps: set[int], *, where: str):
             param.register_hook(
                 lambda g: g * float("nan") if where == "grad" and calls["n"] in steps else g)
 
-        def forward(self, src, tgt):
+        def forward(self, src, tgt, **kwargs):
             calls["n"] += 1
-            logits = super().forward(src, tgt)
-            return logits * float("nan") if where == "loss" and calls["n"] in steps else logits
+            out = super().forward(src, tgt, **kwargs)  # states: the loss is NaN as well
+            return out * float("nan") if where == "loss" and calls["n"] in steps else out
 
     monkeypatch.setattr(train_module, "Transformer", Poisoned)
 

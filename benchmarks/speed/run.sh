@@ -4,6 +4,8 @@
 # Usage: benchmarks/speed/run.sh DATA_DIR [OUT_DIR] [RUNS] [SHAPES] [PARTS]
 #   e.g. benchmarks/speed/run.sh runs/multi30k-en-de/data benchmarks/results/speed 3 "small base"
 #   PARTS: "train decode" (default), or one of them
+#   TRAIN_SPECS / DECODE_SPECS (environment, ";"-separated) replace the engine lists below,
+#   e.g. TRAIN_SPECS="ours fp32;marian fp32"
 # DATA_DIR: Multi30k en-de prepared with an 8k vocabulary (benchmarks/multi30k/run.sh makes one).
 set -euo pipefail
 DATA=$1
@@ -17,9 +19,8 @@ export PYTHONWARNINGS=ignore TRANSFORMERS_VERBOSITY=error
 GIB=1073741824
 for run in $(seq 1 "$RUNS"); do
   for shape in $SHAPES; do
-    for spec in "ours fp32" "ours bf16" "marian fp32" "marian bf16" "torch fp32" "torch bf16" \
-                "ours fp32 default" "ours bf16 default" "marian fp32 tuned" "marian bf16 tuned" \
-                "torch fp32 tuned" "torch bf16 tuned"; do
+    IFS=";" read -ra specs <<< "${TRAIN_SPECS:-ours fp32;ours bf16;marian fp32;marian bf16;torch fp32;torch bf16;ours fp32 default;ours bf16 default;marian fp32 tuned;marian bf16 tuned;torch fp32 tuned;torch bf16 tuned}"
+    for spec in "${specs[@]}"; do
       [[ " $PARTS " == *" train "* ]] || break
       set -- $spec
       # controls: ours with glibc's default malloc, peers with ours' thresholds (malloc_tuning.py)
@@ -31,8 +32,8 @@ for run in $(seq 1 "$RUNS"); do
       env $MALLOC python3 "$HERE/train_speed.py" --data "$DATA" --engine "$1" --dtype "$2" --shape "$shape" \
         --warmup 3 --steps 10 2>/dev/null | tail -1 | sed "s/^{/{\"run\": $run, /" >> "$OUT/raw/train.jsonl"
     done
-    for spec in "ours fp32" "ours bf16" "ours int8" "marian fp32" "marian bf16" "ct2 fp32" "ct2 int8" \
-                "torch fp32"; do
+    IFS=";" read -ra specs <<< "${DECODE_SPECS:-ours fp32;ours bf16;ours int8;marian fp32;marian bf16;ct2 fp32;ct2 int8;torch fp32}"
+    for spec in "${specs[@]}"; do
       [[ " $PARTS " == *" decode "* ]] || break
       set -- $spec
       python3 "$HERE/decode_speed.py" --data "$DATA" --engine "$1" --dtype "$2" --shape "$shape" \
