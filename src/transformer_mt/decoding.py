@@ -47,32 +47,28 @@ def max_output_lengths(src_BS: Tensor, pad_id: int, cfg: DecodeConfig) -> Tensor
     return max_len_B.clamp(min=max(cfg.min_length, 1))
 
 
-def _next_scores(model, tokens_BT: Tensor, memory, cache, max_len_B: Tensor,
-                 min_length: int) -> tuple[Tensor, Tensor]:
-    """(logits (B, V), log-normaliser (B, 1)) of the next token: log P = logits - normaliser.
-    EOS is forced where max_len_B is reached and forbidden while the output is shorter than
-    min_length, by -inf logits (the normaliser is the model's, before these rules). The searches
-    subtract the normaliser only where they need log-probabilities: a full log_softmax would
-    write a (B, V) array per step."""
+def _next_log_probs(model, tokens_BT: Tensor, memory, cache, max_len_B: Tensor,
+                    min_length: int) -> Tensor:
+    """Log-probabilities (B, V) of the next token; EOS forced where max_len_B is reached and
+    forbidden while the output is shorter than min_length."""
     logits_BV = model.decode(tokens_BT[:, -1:], memory, cache)[:, -1].float()
-    norm_B1 = torch.logsumexp(logits_BV, dim=-1, keepdim=True)
+    logp_BV = torch.log_softmax(logits_BV, dim=-1)
     eos = model.cfg.eos_id
     position = tokens_BT.size(1)  # the next token is the position-th of the output
     if position < min_length:
-        logits_BV[:, eos] = float("-inf")
+        logp_BV[:, eos] = float("-inf")
     at_limit_B = max_len_B <= position  # the next token is the last one allowed
     if bool(at_limit_B.any()):  # only then: a pass over (B, V)
-        eos_logit_B = logits_BV[:, eos].clone()
-        logits_BV.masked_fill_(at_limit_B[:, None], float("-inf"))
-        logits_BV[:, eos] = torch.where(at_limit_B, eos_logit_B, logits_BV[:, eos])
-    return logits_BV, norm_B1
+        eos_lp_B = logp_BV[:, eos].clone()
+        logp_BV.masked_fill_(at_limit_B[:, None], float("-inf"))
+        logp_BV[:, eos] = torch.where(at_limit_B, eos_lp_B, logp_BV[:, eos])
+    return logp_BV
 
 
 def _sequential_search(model, src_BS: Tensor, cfg: DecodeConfig,
-                       choose: Callable[[Tensor, Tensor], Tensor]) -> list[list[Hypothesis]]:
-    """One hypothesis per sentence, the next token picked by `choose(logits_AV, norm_A1) ->
-    (A,)` (see _next_scores) for the A sentences still decoding; a sentence leaves the batch
-    (and the caches) at its EOS."""
+                       choose: Callable[[Tensor], Tensor]) -> list[list[Hypothesis]]:
+    """One hypothesis per sentence, the next token picked by `choose(logp_AV) -> (A,)` for the
+    A sentences still decoding; a sentence leaves the batch (and the caches) at its EOS."""
     mcfg = model.cfg
     memory = model.encode(src_BS)
     cache = model.new_cache(memory)
@@ -83,10 +79,9 @@ def _sequential_search(model, src_BS: Tensor, cfg: DecodeConfig,
     log_prob_A = torch.zeros(B, device=device)
     hyps: list[list[Hypothesis]] = [[] for _ in range(B)]
     while len(active_A):
-        logits_AV, norm_A1 = _next_scores(model, tokens_AT, memory, cache, max_len_A,
-                                          cfg.min_length)
-        next_A = choose(logits_AV, norm_A1)
-        log_prob_A += (logits_AV.gather(1, next_A[:, None]) - norm_A1).squeeze(1)
+        logp_AV = _next_log_probs(model, tokens_AT, memory, cache, max_len_A, cfg.min_length)
+        next_A = choose(logp_AV)
+        log_prob_A += logp_AV.gather(1, next_A[:, None]).squeeze(1)
         tokens_AT = torch.cat([tokens_AT, next_A[:, None]], dim=1)
         done_A = next_A.eq(mcfg.eos_id)
         if bool(done_A.any()):
@@ -105,8 +100,7 @@ def _sequential_search(model, src_BS: Tensor, cfg: DecodeConfig,
 @torch.inference_mode()
 def greedy_search(model, src_BS: Tensor, cfg: DecodeConfig) -> list[list[Hypothesis]]:
     """The most probable next token at each step. Returns one hypothesis per sentence."""
-    return _sequential_search(model, src_BS, cfg,
-                              lambda logits_BV, _norm_B1: logits_BV.argmax(dim=-1))
+    return _sequential_search(model, src_BS, cfg, lambda logp_BV: logp_BV.argmax(dim=-1))
 
 
 @torch.inference_mode()
@@ -115,8 +109,7 @@ def sample(model, src_BS: Tensor, cfg: DecodeConfig) -> list[list[Hypothesis]]:
     cfg.seed. Not in the paper. Scores are the model's own (unfiltered) log-probabilities."""
     generator = torch.Generator(device=src_BS.device).manual_seed(cfg.seed)
 
-    def choose(logits_BV: Tensor, norm_B1: Tensor) -> Tensor:
-        logp_BV = logits_BV - norm_B1
+    def choose(logp_BV: Tensor) -> Tensor:
         filtered_BV = filter_logits(logp_BV / cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p)
         probs_BV = torch.softmax(filtered_BV, dim=-1)
         return torch.multinomial(probs_BV, 1, generator=generator).squeeze(1)
@@ -161,16 +154,12 @@ def beam_search(model, src_BS: Tensor, cfg: DecodeConfig) -> list[list[Hypothesi
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
     while active:
         A = len(active)
-        logits_RV, norm_R1 = _next_scores(model, tokens_ANT, memory, cache,
-                                          max_len_A.repeat_interleave(N), cfg.min_length)
-        # the 2N best extensions of a sentence are among the K = 2N best tokens of each of its
-        # rows: rank N * K candidates, not N * V
-        K = min(2 * N, logits_RV.size(-1))
-        row_top_RK, row_token_RK = logits_RV.topk(K, dim=1)
-        cand_lp_ANK = alive_lp_AN[:, :, None] + (row_top_RK - norm_R1).view(A, N, K)
-        top_lp_A2N, top_idx_A2N = cand_lp_ANK.view(A, N * K).topk(2 * N, dim=1)
-        origin_A2N = top_idx_A2N // K
-        token_A2N = row_token_RK.view(A, N * K).gather(1, top_idx_A2N)
+        logp_ANV = _next_log_probs(model, tokens_ANT, memory, cache,
+                                   max_len_A.repeat_interleave(N), cfg.min_length)
+        V = logp_ANV.size(-1)
+        cand_lp_AX = (alive_lp_AN[:, :, None] + logp_ANV.view(A, N, V)).view(A, N * V)
+        top_lp_A2N, top_idx_A2N = cand_lp_AX.topk(2 * N, dim=1)
+        origin_A2N, token_A2N = top_idx_A2N // V, top_idx_A2N % V
         is_eos_A2N = token_A2N.eq(mcfg.eos_id)
         length = tokens_ANT.size(1)  # tokens of a hypothesis that ends now, EOS included
         for a, j in (is_eos_A2N[:, :N] & top_lp_A2N[:, :N].isfinite()).nonzero().tolist():
