@@ -1,8 +1,9 @@
 """glibc malloc settings for PyTorch on the CPU.
 
 PyTorch's CPU allocator keeps no cache: every training step allocates and frees the same large
-tensors (for a 4k-token batch and an 8k vocabulary the bf16 logits and their gradient are 64 MB
-each, the loss's fp32 blocks 4 MB). glibc serves blocks above its mmap threshold with mmap and
+tensors (for a 4k-token batch the base shape's FFN activations are 32 MB each in fp32, the
+loss's fp32 blocks 16 MB; before the loss was fused, the bf16 logits and their gradient were
+64 MB each). glibc serves blocks above its mmap threshold with mmap and
 unmaps them when freed, and returns the top of its heap to the kernel past the trim threshold, so
 each step page-faults the same memory in again. Raising both thresholds keeps freed memory in the
 process for the next step, the effect of the jemalloc / tcmalloc LD_PRELOAD that PyTorch's CPU
