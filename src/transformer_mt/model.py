@@ -64,7 +64,7 @@ class Dropout(nn.Module):
         if not self.training or self.threshold == 0:
             return x
         keep = keep_mask(x.shape, self.threshold, x.device)
-        return (x * keep).mul_(self.scale)  # autograd keeps the boolean mask: 1 byte a value
+        return x * keep.to(x.dtype).mul_(self.scale)
 
     def extra_repr(self) -> str:
         return f"p={self.p}"
