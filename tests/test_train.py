@@ -97,9 +97,9 @@ def test_label_smoothing_gradients_match_autograd_of_pytorch(eps, seed, bf16):
 
 
 def test_label_smoothing_over_several_row_blocks_equals_pytorch():
-    # a vocabulary of 2^21 + 1 makes blocks of three rows on CPU: 8 rows, 3 blocks. Sums over 2M
-    # logits cancel: fp32 autograd itself is 0.007 off float64 in grad x, so float64 is the
-    # reference and the tolerance ~1 % of the largest gradient
+    # a vocabulary of 2^21 + 1 makes blocks of two rows on CPU in fp32: 8 rows, 4 blocks. Sums
+    # over 2M logits cancel: fp32 autograd itself is 0.007 off float64 in grad x, so float64 is
+    # the reference and the tolerance ~1 % of the largest gradient
     g = torch.Generator().manual_seed(0)
     x, weight = torch.randn(8, 4, generator=g), torch.randn(2**21 + 1, 4, generator=g)
     target = torch.randint(1, 2**21 + 1, (8,), generator=g)

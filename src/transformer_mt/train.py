@@ -92,7 +92,7 @@ class ProjectedLabelSmoothedNLL(torch.autograd.Function):
         grad_x = torch.empty_like(x_ND) if want_x else None
         grad_w = torch.zeros_like(weight_VD, dtype=torch.float32) if want_w else None
         with torch.autocast(device, enabled=False):  # the dtypes are chosen above
-            for rows in row_blocks(len(x), V, device):
+            for rows in row_blocks(len(x), V, dtype, device):
                 logp_RV = torch.log_softmax(x[rows] @ w.t(), dim=-1, dtype=torch.float32)
                 target_R1 = target_N[rows, None]
                 nll_R = -logp_RV.gather(1, target_R1).squeeze(1)
@@ -125,12 +125,13 @@ class ProjectedLabelSmoothedNLL(torch.autograd.Function):
         return grad_x, grad_w, None, None, None
 
 
-def row_blocks(n: int, width: int, device: str) -> list[slice]:
-    """Row slices of about eight million elements on CPU (32 MB in fp32: 1,048 rows of an 8k
-    vocabulary, four blocks for a 4k-token batch; with 524-row blocks the Transformer-tiny bf16
-    step was 6 % slower than with the unfused loss, with these it is as fast, in-process A/B);
-    one slice on GPUs, where the extra kernel launches would cost more."""
-    size = n if device == "cuda" else max(1, 2**23 // width)
+def row_blocks(n: int, width: int, dtype: torch.dtype, device: str) -> list[slice]:
+    """Row slices whose logits take about 16 MB in the matmul's dtype on CPU: 1,048 rows of an
+    8k vocabulary in bf16 (with 524 the Transformer-tiny bf16 step was 6 % slower than with the
+    unfused loss; with 1,048 as fast, in-process A/B), 524 in fp32 (less memory: base fp32 peak
+    RSS 3,994 MiB against 4,031 with 1,048 rows). One slice on GPUs, where the extra kernel
+    launches would cost more."""
+    size = n if device == "cuda" else max(1, (16 << 20) // (width * dtype.itemsize))
     return [slice(i, min(i + size, n)) for i in range(0, n, size)]
 
 
