@@ -17,10 +17,11 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$OUT/raw"
 export PYTHONWARNINGS=ignore TRANSFORMERS_VERBOSITY=error
 GIB=1073741824
+IFS=";" read -ra train_specs <<< "${TRAIN_SPECS:-ours fp32;ours bf16;marian fp32;marian bf16;torch fp32;torch bf16;ours fp32 default;ours bf16 default;marian fp32 tuned;marian bf16 tuned;torch fp32 tuned;torch bf16 tuned}"
+IFS=";" read -ra decode_specs <<< "${DECODE_SPECS:-ours fp32;ours bf16;ours int8;marian fp32;marian bf16;ct2 fp32;ct2 int8;torch fp32}"
 for run in $(seq 1 "$RUNS"); do
   for shape in $SHAPES; do
-    IFS=";" read -ra specs <<< "${TRAIN_SPECS:-ours fp32;ours bf16;marian fp32;marian bf16;torch fp32;torch bf16;ours fp32 default;ours bf16 default;marian fp32 tuned;marian bf16 tuned;torch fp32 tuned;torch bf16 tuned}"
-    for spec in "${specs[@]}"; do
+    for spec in "${train_specs[@]}"; do
       [[ " $PARTS " == *" train "* ]] || break
       set -- $spec
       # controls: ours with glibc's default malloc, peers with ours' thresholds (malloc_tuning.py)
@@ -32,8 +33,7 @@ for run in $(seq 1 "$RUNS"); do
       env $MALLOC python3 "$HERE/train_speed.py" --data "$DATA" --engine "$1" --dtype "$2" --shape "$shape" \
         --warmup 3 --steps 10 2>/dev/null | tail -1 | sed "s/^{/{\"run\": $run, /" >> "$OUT/raw/train.jsonl"
     done
-    IFS=";" read -ra specs <<< "${DECODE_SPECS:-ours fp32;ours bf16;ours int8;marian fp32;marian bf16;ct2 fp32;ct2 int8;torch fp32}"
-    for spec in "${specs[@]}"; do
+    for spec in "${decode_specs[@]}"; do
       [[ " $PARTS " == *" decode "* ]] || break
       set -- $spec
       python3 "$HERE/decode_speed.py" --data "$DATA" --engine "$1" --dtype "$2" --shape "$shape" \

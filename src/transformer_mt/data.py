@@ -198,6 +198,7 @@ class ParallelData:
     def __init__(self, data_dir: Path, split: str):
         self.data_dir, self.split = Path(data_dir), split
         self.tokens, self.offsets = {}, {}
+        self._texts: dict[str, list[str]] = {}  # see text()
         for side in SIDES:
             for kind, store in (("tokens", self.tokens), ("offsets", self.offsets)):
                 path = self.data_dir / f"{split}.{side}.{kind}.npy"
@@ -244,18 +245,26 @@ class ParallelData:
 
         copy = object.__new__(ParallelData)
         copy.data_dir, copy.split, copy.tokens, copy.offsets = self.data_dir, self.split, {}, {}
+        copy._texts = self._texts  # the same sentences
         spm.set_random_generator_seed(seed)
         for side in SIDES:
+            ids = vocab.sp.encode(self.text(side), enable_sampling=True, alpha=dropout,
+                                  num_threads=1)  # one thread: the sampling follows the seed
+            copy.tokens[side], copy.offsets[side] = pack(ids, len(vocab))
+        copy._measure()
+        return copy
+
+    def text(self, side: str) -> list[str]:
+        """The split's sentences on one side as prepared (read once, then kept)."""
+        texts = self._texts
+        if side not in texts:
             path = self.data_dir / f"{self.split}.{side}.txt"
             lines = [line.decode("utf-8") for line in split_lines(read_bytes(path))]
             if len(lines) != len(self):
                 raise DataError(f"{path}: {len(lines)} lines, but the prepared {self.split} split "
                                 f"has {len(self)} pairs")
-            ids = vocab.sp.encode(lines, enable_sampling=True, alpha=dropout,
-                                  num_threads=1)  # one thread: the sampling follows the seed
-            copy.tokens[side], copy.offsets[side] = pack(ids, len(vocab))
-        copy._measure()
-        return copy
+            texts[side] = lines
+        return texts[side]
 
 
 def token_batches(src_lengths: np.ndarray, tgt_lengths: np.ndarray, *, max_tokens: int,

@@ -143,6 +143,12 @@ class SublayerConnection(nn.Module):
         return self.norm(x_BTD + self.drop(sublayer(x_BTD)))
 
 
+def matmul_dtype(x: Tensor) -> torch.dtype:
+    """The dtype a matrix product with `x` runs in here: autocast's when it is on."""
+    device = x.device.type
+    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
+
+
 def _attention(cfg: ModelConfig) -> MultiHeadAttention:
     return MultiHeadAttention(
         d_model=cfg.d_model, n_heads=cfg.n_heads, d_k=cfg.head_dim_k, d_v=cfg.head_dim_v,
@@ -362,9 +368,7 @@ class Transformer(nn.Module):
         weight = self.generator.weight
         if torch.is_grad_enabled() or not isinstance(weight, Tensor):
             return self.generator(x_BTD)
-        device = x_BTD.device.type
-        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) \
-            else x_BTD.dtype
+        dtype = matmul_dtype(x_BTD)
         key = (weight.data_ptr(), weight._version, dtype)
         if self._pre_softmax_key != key:
             self._pre_softmax_DV = weight.detach().t().to(dtype).contiguous()

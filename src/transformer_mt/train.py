@@ -32,7 +32,7 @@ from .data import VOCAB_FILE, ParallelData, load_meta, load_vocab, token_batches
 from .distributed import World, all_sum, any_rank, gather_rng, init_world, shutdown
 from .evaluate import sacrebleu_scores
 from .metrics import MetricsLog, plot_curves
-from .model import Transformer
+from .model import Transformer, matmul_dtype
 from .translator import Translator
 
 log = logging.getLogger(__name__)
@@ -81,9 +81,7 @@ class ProjectedLabelSmoothedNLL(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x_ND: Tensor, weight_VD: Tensor, target_N: Tensor, keep_N: Tensor,
                 eps: float):
-        device = x_ND.device.type
-        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) \
-            else x_ND.dtype
+        device, dtype = x_ND.device.type, matmul_dtype(x_ND)
         want_x, want_w = ctx.needs_input_grad[:2]
         x, w = x_ND.to(dtype), weight_VD.to(dtype)
         V = w.size(0)
