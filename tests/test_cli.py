@@ -48,6 +48,12 @@ def test_translate_end_to_end(tmp_path, multi30k_vocab):
     rows = [line.split("\t") for line in nbest.read_text(encoding="utf-8").splitlines()]
     assert [r[0] for r in rows] == ["0", "0", "1", "1", "2", "2"]
     assert float(rows[0][1]) >= float(rows[1][1])
+    mbr = tmp_path / "mbr.txt"  # one line per sentence, each one of that sentence's n-best
+    assert main(["translate", "--model", str(tmp_path / "model"), "--input", str(src),
+                 "--output", str(mbr), "--beam-size", "2", "--mbr", "chrf"]) == 0
+    chosen = mbr.read_text(encoding="utf-8").splitlines()
+    assert len(chosen) == 3
+    assert all(text in {r[2] for r in rows if r[0] == str(i)} for i, text in enumerate(chosen))
 
 
 def test_translate_missing_model_is_a_clear_error(tmp_path, capsys):

@@ -6,6 +6,7 @@
 #   AVERAGE="5 10": average the last 5 and the last 10 checkpoints (default "5")
 #   ALPHAS="0.6 1.0": length penalties to try on val (default "0.6", the paper's)
 #   BEAMS="4 8": beam sizes to try on val (default "4", the paper's)
+#   MBRS="none bleu": translate --mbr choices to try on val (default "none": the beam's best)
 set -euo pipefail
 OUT=$1; SRC=$2; TGT=$3
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -13,6 +14,7 @@ DATA=${TRANSFORMER_MT_DATA:-$REPO/../shared/data}
 AVERAGE=${AVERAGE:-5}
 ALPHAS=${ALPHAS:-0.6}
 BEAMS=${BEAMS:-4}
+MBRS=${MBRS:-none}
 bleu_of() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['bleu'])" "$1"; }
 
 models=""
@@ -21,32 +23,36 @@ for n in $AVERAGE; do
   models="$models averaged-$n"
 done
 
-best=""; best_alpha=""; best_beam=""; best_bleu=-1
+best=""; best_alpha=""; best_beam=""; best_mbr=""; best_bleu=-1
 for model in $models run; do
   for beam in $BEAMS; do
     for alpha in $ALPHAS; do
-      name=$model.alpha$alpha
-      [ "$beam" = 4 ] || name=$name.beam$beam  # the paper's beam keeps the earlier runs' names
-      transformer-mt translate --model "$OUT/$model" --alpha "$alpha" --beam-size "$beam" \
-        --input "$OUT/data/valid.src.txt" --output "$OUT/val.$name.$TGT"
-      transformer-mt evaluate --hyp "$OUT/val.$name.$TGT" --ref "$OUT/data/valid.tgt.txt" \
-        --json "$OUT/val.$name.json"
-      bleu=$(bleu_of "$OUT/val.$name.json")
-      echo "val: $model, beam $beam, alpha $alpha: sacreBLEU $bleu"
-      if python3 -c "import sys; sys.exit(not float(sys.argv[1]) > float(sys.argv[2]))" \
-          "$bleu" "$best_bleu"; then
-        best=$model; best_alpha=$alpha; best_beam=$beam; best_bleu=$bleu
-      fi
+      for mbr in $MBRS; do
+        name=$model.alpha$alpha
+        [ "$beam" = 4 ] || name=$name.beam$beam  # the paper's beam keeps the earlier runs' names
+        [ "$mbr" = none ] || name=$name.mbr-$mbr
+        transformer-mt translate --model "$OUT/$model" --alpha "$alpha" --beam-size "$beam" \
+          --mbr "$mbr" --input "$OUT/data/valid.src.txt" --output "$OUT/val.$name.$TGT"
+        transformer-mt evaluate --hyp "$OUT/val.$name.$TGT" --ref "$OUT/data/valid.tgt.txt" \
+          --json "$OUT/val.$name.json"
+        bleu=$(bleu_of "$OUT/val.$name.json")
+        echo "val: $model, beam $beam, alpha $alpha, mbr $mbr: sacreBLEU $bleu"
+        if python3 -c "import sys; sys.exit(not float(sys.argv[1]) > float(sys.argv[2]))" \
+            "$bleu" "$best_bleu"; then
+          best=$model; best_alpha=$alpha; best_beam=$beam; best_mbr=$mbr; best_bleu=$bleu
+        fi
+      done
     done
   done
 done
-echo "selected on val: $best, beam $best_beam, alpha $best_alpha ($best_bleu)"
+echo "selected on val: $best, beam $best_beam, alpha $best_alpha, mbr $best_mbr ($best_bleu)"
 echo "$best" > "$OUT/selected"
 echo "$best_alpha" > "$OUT/alpha"
 echo "$best_beam" > "$OUT/beam"
+echo "$best_mbr" > "$OUT/mbr"
 
 transformer-mt translate --model "$OUT/$best" --alpha "$best_alpha" --beam-size "$best_beam" \
-  --input "$DATA/multi30k/test_2016_flickr.$SRC.gz" --output "$OUT/test.hyp.$TGT"
+  --mbr "$best_mbr" --input "$DATA/multi30k/test_2016_flickr.$SRC.gz" --output "$OUT/test.hyp.$TGT"
 transformer-mt evaluate --hyp "$OUT/test.hyp.$TGT" \
   --ref "$DATA/multi30k/test_2016_flickr.$TGT.gz" --json "$OUT/test.sacrebleu.json"
 TOKREF=$DATA/multi30k/tok/test_2016_flickr.lc.norm.tok.$TGT.gz

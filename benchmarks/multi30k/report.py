@@ -54,6 +54,8 @@ def main(out: Path) -> None:
         if (out / "alpha").exists() else DecodeConfig().length_penalty,
         "beam_selected_on_val": int((out / "beam").read_text())
         if (out / "beam").exists() else DecodeConfig().beam_size,
+        "mbr_selected_on_val": (out / "mbr").read_text().strip()
+        if (out / "mbr").exists() else DecodeConfig().mbr,
         "val": {path.name.removeprefix("val.").removesuffix(".json"): json.loads(path.read_text())
                 for path in sorted(out.glob("val.*.json"))},
         "test_2016_flickr": {

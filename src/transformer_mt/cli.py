@@ -44,7 +44,7 @@ def _translate(args: argparse.Namespace) -> int:
     overrides = {k: v for k, v in (("beam_size", args.beam_size), ("n_best", args.n_best),
                                    ("strategy", args.strategy), ("length_penalty", args.alpha),
                                    ("batch_size", args.batch_size), ("bf16", args.bf16),
-                                   ("int8", args.int8))
+                                   ("int8", args.int8), ("mbr", args.mbr))
                  if v is not None}
     model_dirs = [resolve_model_dir(m) for m in args.model]
     log.info("translating with %s", ", ".join(str(d) for d in model_dirs))
@@ -256,6 +256,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="CPU only: int8 linear layers with dynamically quantised activations "
                          "(faster beam search; its BLEU change: benchmarks/results/multi30k-en-de*/"
                          "decode_precision.json)")
+    tr.add_argument("--mbr", choices=["none", "bleu", "chrf"],
+                    help="not in the paper: return, of the beam's --beam-size finished "
+                         "hypotheses, the one with the highest expected sentence BLEU or chrF "
+                         "against the others, weighted by their model scores (minimum Bayes "
+                         "risk; n-best lists are then ordered by it). Default: none")
     tr.set_defaults(func=_translate)
     return parser
 

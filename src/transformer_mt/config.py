@@ -107,6 +107,9 @@ class DecodeConfig:
     seed: int = 0  # sampling only
     bf16: bool = False  # bfloat16 autocast while decoding; not in the paper
     int8: bool = False  # CPU only: int8 weights, activations quantised per batch; not in paper
+    # Not in the paper: pick among the beam's beam_size finished hypotheses the one with the
+    # highest expected sentence BLEU or chrF against the others (minimum Bayes risk, mbr.py).
+    mbr: Literal["none", "bleu", "chrf"] = "none"
 
     def __post_init__(self):
         _check_positive(self, "beam_size", "n_best", "batch_size", "temperature")
@@ -125,7 +128,10 @@ class DecodeConfig:
             raise ValueError(f"decode.length_penalty must be >= 0, got {self.length_penalty}")
         if self.top_k < 0 or not 0.0 < self.top_p <= 1.0:
             raise ValueError("decode.top_k must be >= 0 and decode.top_p in (0, 1]")
-        _check_choice(self, "strategy")
+        _check_choice(self, "strategy", "mbr")
+        if self.mbr != "none" and self.strategy != "beam":
+            raise ValueError(f"decode.mbr={self.mbr} chooses among a beam's hypotheses: it needs "
+                             f"strategy beam, not {self.strategy}")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -15,6 +15,7 @@ from torch import nn
 from .config import DecodeConfig
 from .decoding import Hypothesis, generate
 from .ensemble import Ensemble
+from .mbr import mbr_order
 from .model import Transformer
 from .model_io import VOCAB_FILE, load_model
 from .vocab import Vocabulary
@@ -92,24 +93,33 @@ class Translator:
         return ids
 
     def translate_nbest(self, sentences: Sequence[str]) -> list[list[Translation]]:
-        """The n_best translations of each sentence, best first."""
+        """The n_best translations of each sentence, best first: by the beam's score, or with
+        decode.mbr by expected utility among all beam_size finished hypotheses (mbr.py)."""
         sources = [self.encode_source(s, i) for i, s in enumerate(sentences)]
         order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
         results: list[list[Translation]] = [[] for _ in sources]
         device = next(self.model.parameters()).device
-        size = self.decode_cfg.batch_size
+        cfg = self.decode_cfg
+        if cfg.mbr != "none":  # every finished hypothesis is a candidate
+            cfg = dataclasses.replace(cfg, n_best=cfg.beam_size)
+        size = cfg.batch_size
         for start in range(0, len(order), size):
             batch = order[start : start + size]
             src_BS = torch.full((len(batch), max(len(sources[i]) for i in batch)),
                                 self.model.cfg.pad_id, dtype=torch.long)
             for row, i in enumerate(batch):
                 src_BS[row, : len(sources[i])] = torch.tensor(sources[i])
-            with torch.autocast(device.type, dtype=torch.bfloat16,
-                                enabled=self.decode_cfg.bf16):
-                nbests = generate(self.model, src_BS.to(device), self.decode_cfg)
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16):
+                nbests = generate(self.model, src_BS.to(device), cfg)
             for i, hyps in zip(batch, nbests, strict=True):
                 results[i] = [self._detokenize(h) for h in hyps]
+        if cfg.mbr != "none":
+            results = [self._mbr_ranked(nbest) for nbest in results]
         return results
+
+    def _mbr_ranked(self, nbest: list[Translation]) -> list[Translation]:
+        ranked = mbr_order([t.text for t in nbest], [t.score for t in nbest], self.decode_cfg.mbr)
+        return [nbest[i] for i in ranked[: self.decode_cfg.n_best]]
 
     def _detokenize(self, hyp: Hypothesis) -> Translation:
         return Translation(self.vocab.decode(hyp.tokens), hyp.score, hyp.log_prob)
