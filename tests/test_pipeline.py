@@ -2,6 +2,7 @@
 -> resume -> average -> translate -> evaluate."""
 
 import json
+import sys
 
 from transformer_mt.checkpoint import checkpoint_dirs
 from transformer_mt.cli import main
@@ -37,6 +38,8 @@ def test_cli_end_to_end(multi30k_corpus, tmp_path, capsys):
     assert train_steps == list(range(5, 65, 5))  # no step repeated or skipped across resume
     losses = [r["loss"] for r in records if r["kind"] == "train"]
     assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3 - 0.5  # the loss falls
+    if sys.platform == "linux":  # resident memory, read from /proc, beside the loss
+        assert all(100 < r["rss_mib"] < 20_000 for r in records if r["kind"] == "train")
     valid = [r for r in records if r["kind"] == "valid"]
     assert [r["step"] for r in valid] == [20, 40, 60] and valid[-1]["ppl"] < valid[0]["ppl"]
     assert (run / "curves.png").stat().st_size > 1000 and (run / "tensorboard").is_dir()

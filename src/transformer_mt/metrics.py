@@ -17,6 +17,15 @@ log = logging.getLogger(__name__)
 METRICS_FILE = "metrics.jsonl"
 
 
+def resident_mib() -> float | None:
+    """This process's resident memory in MiB (Linux's /proc/self/statm); None elsewhere."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
 def read_metrics(run_dir: Path) -> list[dict]:
     """The records of run_dir/metrics.jsonl; a last line cut short by a crash is ignored."""
     path = Path(run_dir) / METRICS_FILE

@@ -31,7 +31,8 @@ from .config import Config, TrainConfig, config_to_dict
 from .data import VOCAB_FILE, ParallelData, load_meta, load_vocab, token_batches
 from .distributed import World, all_sum, any_rank, gather_rng, init_world, shutdown
 from .evaluate import sacrebleu_scores
-from .metrics import MetricsLog, plot_curves
+from .malloc_tuning import release_free_memory
+from .metrics import MetricsLog, plot_curves, resident_mib
 from .model import Transformer, matmul_dtype
 from .translator import Translator
 
@@ -420,6 +421,7 @@ def _train(cfg: Config, data_dir: Path, run_dir: Path, ignore_mismatch: bool, wo
                                    state=state, config=config, vocab_path=vocab_path,
                                    keep_last=tcfg.keep_last, extra_tensors=other_ranks_rng)
             log.info("saved %s", path)
+        release_free_memory()  # the heap's free pages, kept by tune_malloc, back to the kernel
         return path
 
     def run_validation() -> None:
@@ -519,6 +521,8 @@ def _train(cfg: Config, data_dir: Path, run_dir: Path, ignore_mismatch: bool, wo
                 values = {"loss": window["loss"] / n, "nll": window["nll"] / n, "lr": lr,
                           "tokens_per_s": window["tokens"] / (now - window["start"]),
                           "epoch": state["epoch"], "nonfinite_steps": state["nonfinite_steps"]}
+                if (rss := resident_mib()) is not None:
+                    values["rss_mib"] = round(rss)
                 metrics.write("train", state["step"], **values)
                 progress.update(state["step"], loss=values["loss"], lr=lr,
                                 tok_s=round(values["tokens_per_s"]), epoch=state["epoch"])
