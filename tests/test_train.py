@@ -62,6 +62,23 @@ def test_label_smoothing_matches_pytorch(eps, seed):
     assert n == int(target.ne(0).sum())
 
 
+def test_label_smoothing_is_exact_where_the_target_probability_underflows():
+    # the log-normaliser comes from the most probable token's softmax: targets 150 nats below
+    # it (probability ~1e-65, 0 in fp32) still get their exact loss and gradient
+    logits = torch.tensor([[0.0, 150.0, -3.0, 1.0], [-150.0, 0.0, 0.0, 0.0],
+                           [2.0, 2.0, 2.0, 2.0], [0.0, -150.0, 150.0, 0.0]])
+    target = torch.tensor([0, 1, 3, 1])
+    for eps in (0.0, 0.1):
+        ours, ref = logits.clone().requires_grad_(), logits.clone().requires_grad_()
+        loss, nll, _ = label_smoothed_nll(ours, torch.eye(4), target, eps=eps, pad_id=-1)
+        expected = F.cross_entropy(ref, target, label_smoothing=eps, reduction="sum")
+        loss.backward()
+        expected.backward()
+        torch.testing.assert_close(loss, expected)
+        torch.testing.assert_close(nll, F.cross_entropy(logits, target, reduction="sum"))
+        torch.testing.assert_close(ours.grad, ref.grad)
+
+
 def projection_against_autograd(x, weight, target, *, eps, bf16=False, scale=2.5,
                                 ref_dtype=torch.float32):
     """Our loss and gradients of (x, W) against autograd through x W^T and F.cross_entropy."""
