@@ -13,10 +13,9 @@ without, 5,000 with; 0.49 s a step without, 0.44 with. The cost is memory: freed
 with the process, and torch's 64-byte-aligned allocations (posix_memalign) leave gaps that
 glibc cannot reuse for a block of the same size, so the heap grows: resident memory after 65
 steps 2.2 GB instead of 1.8; in an 81-minute Transformer-tiny run it went from 4.3 GB at step
-800 to 6.2 GB at step 4,800, growing more slowly by then (no untuned run was measured as
-long). Training therefore hands the free heap pages back to the kernel after every checkpoint
-(`release_free_memory`, glibc's malloc_trim): one step's worth of page faults every few hundred
-steps. Opt out where memory matters more than the ~10 %.
+800 to 6.2 GB at step 4,800, growing more slowly by then; but an untuned run grows as fast
+(1.9 to 3.2 GB from step 50 to 650 of Transformer-tiny, against 1.7 to 3.3 tuned, 2026-11-26),
+so that growth has another cause. Opt out where memory matters more than the ~10 %.
 
 Skipped where the C library is not glibc, where the user set MALLOC_MMAP_THRESHOLD_ or
 MALLOC_TRIM_THRESHOLD_ themselves, and with TRANSFORMER_MT_MALLOC=default.
@@ -54,11 +53,3 @@ def tune_malloc() -> bool:
         log.warning("glibc refused the malloc thresholds; CPU steps may page-fault more")
     return ok
 
-
-def release_free_memory() -> bool:
-    """Return the pages of freed heap blocks to the kernel (glibc's malloc_trim(0)), which the
-    raised thresholds otherwise keep for reuse however fragmented the heap becomes. Returns
-    whether any memory was released; False where the C library is not glibc."""
-    if platform.libc_ver()[0] != "glibc":
-        return False
-    return bool(ctypes.CDLL(None).malloc_trim(0))

@@ -31,7 +31,6 @@ from .config import Config, TrainConfig, config_to_dict
 from .data import VOCAB_FILE, ParallelData, load_meta, load_vocab, token_batches
 from .distributed import World, all_sum, any_rank, gather_rng, init_world, shutdown
 from .evaluate import sacrebleu_scores
-from .malloc_tuning import release_free_memory
 from .metrics import MetricsLog, plot_curves, resident_mib
 from .model import Transformer, matmul_dtype
 from .translator import Translator
@@ -421,7 +420,6 @@ def _train(cfg: Config, data_dir: Path, run_dir: Path, ignore_mismatch: bool, wo
                                    state=state, config=config, vocab_path=vocab_path,
                                    keep_last=tcfg.keep_last, extra_tensors=other_ranks_rng)
             log.info("saved %s", path)
-        release_free_memory()  # the heap's free pages, kept by tune_malloc, back to the kernel
         return path
 
     def run_validation() -> None:
