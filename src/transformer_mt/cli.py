@@ -12,6 +12,7 @@ from pathlib import Path
 from .config import ConfigError, load_config, preset_names
 from .evaluate import read_text
 from .malloc_tuning import tune_malloc
+from .mbr import UTILITIES
 
 log = logging.getLogger("transformer_mt")
 
@@ -256,7 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="CPU only: int8 linear layers with dynamically quantised activations "
                          "(faster beam search; its BLEU change: benchmarks/results/multi30k-en-de*/"
                          "decode_precision.json)")
-    tr.add_argument("--mbr", choices=["none", "bleu", "chrf"],
+    tr.add_argument("--mbr", choices=["none", *UTILITIES],
                     help="not in the paper: return, of the beam's --beam-size finished "
                          "hypotheses, the one with the highest expected sentence BLEU or chrF "
                          "against the others, weighted by their model scores (minimum Bayes "

@@ -9,13 +9,12 @@ each step page-faults the same memory in again. Raising both thresholds keeps fr
 process for the next step, the effect of the jemalloc / tcmalloc LD_PRELOAD that PyTorch's CPU
 performance guide recommends, without another library. Measured on the 2-core Zen 5 with
 Transformer-tiny (FFN 512) bf16 steps on 4k-token Multi30k batches: 37,700 page faults a step
-without, 5,000 with; 0.49 s a step without, 0.44 with. The cost is memory: freed blocks stay
-with the process, and torch's 64-byte-aligned allocations (posix_memalign) leave gaps that
-glibc cannot reuse for a block of the same size, so the heap grows: resident memory after 65
-steps 2.2 GB instead of 1.8; in an 81-minute Transformer-tiny run it went from 4.3 GB at step
-800 to 6.2 GB at step 4,800, growing more slowly by then; but an untuned run grows as fast
-(1.9 to 3.2 GB from step 50 to 650 of Transformer-tiny, against 1.7 to 3.3 tuned, 2026-11-26),
-so that growth has another cause. Opt out where memory matters more than the ~10 %.
+without, 5,000 with; 0.49 s a step without, 0.44 with. The cost is memory: freed
+blocks stay with the process, and torch's 64-byte-aligned allocations (posix_memalign) leave
+gaps that glibc cannot reuse for a block of the same size: resident memory after 65 steps
+2.2 GB instead of 1.8. Long runs grow further, tuned or not (Transformer-tiny from step 50 to
+650: 1.7 to 3.3 GB tuned, 1.9 to 3.2 GB untuned; benchmarks/results/memory-growth). Opt out
+where memory matters more than the ~10 %.
 
 Skipped where the C library is not glibc, where the user set MALLOC_MMAP_THRESHOLD_ or
 MALLOC_TRIM_THRESHOLD_ themselves, and with TRANSFORMER_MT_MALLOC=default.
@@ -52,4 +51,3 @@ def tune_malloc() -> bool:
     if not ok:
         log.warning("glibc refused the malloc thresholds; CPU steps may page-fault more")
     return ok
-
