@@ -22,6 +22,12 @@ def run_commit(log: Path) -> str:
     return match.group(1) if match else "unknown"
 
 
+def selected_setting(path: Path, cast, field: str):
+    """The decoding setting finish.sh chose on val and wrote to `path`; DecodeConfig's default
+    for runs finished before it chose that setting."""
+    return cast(path.read_text().strip()) if path.exists() else getattr(DecodeConfig(), field)
+
+
 def main(out: Path) -> None:
     repo = Path(__file__).resolve().parents[2]
     dest = repo / "benchmarks" / "results" / out.name
@@ -50,12 +56,9 @@ def main(out: Path) -> None:
         "valid_curve": [{k: m[k] for k in ("step", "loss", "ppl", "bleu") if k in m}
                         for m in valid],
         "selected_on_val": selected,
-        "alpha_selected_on_val": float((out / "alpha").read_text())
-        if (out / "alpha").exists() else DecodeConfig().length_penalty,
-        "beam_selected_on_val": int((out / "beam").read_text())
-        if (out / "beam").exists() else DecodeConfig().beam_size,
-        "mbr_selected_on_val": (out / "mbr").read_text().strip()
-        if (out / "mbr").exists() else DecodeConfig().mbr,
+        "alpha_selected_on_val": selected_setting(out / "alpha", float, "length_penalty"),
+        "beam_selected_on_val": selected_setting(out / "beam", int, "beam_size"),
+        "mbr_selected_on_val": selected_setting(out / "mbr", str, "mbr"),
         "val": {path.name.removeprefix("val.").removesuffix(".json"): json.loads(path.read_text())
                 for path in sorted(out.glob("val.*.json"))},
         "test_2016_flickr": {

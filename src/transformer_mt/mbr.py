@@ -13,19 +13,26 @@ as its reference). Beam scores are log P(Y|X) / lp(Y), the ranking of §6.1.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
 UTILITIES = ("bleu", "chrf")
 
 
-def expected_utilities(texts: Sequence[str], scores: Sequence[float], utility: str) -> list[float]:
-    """E[u(h)] for each candidate h of `texts`, the model's weights a softmax of `scores`."""
+@functools.cache
+def _metric(utility: str):
+    """The sacrebleu metric of `utility`, made once (its sentence_score keeps no state)."""
     if utility not in UTILITIES:
         raise ValueError(f"unknown MBR utility {utility!r}; choose from {', '.join(UTILITIES)}")
     from sacrebleu.metrics import BLEU, CHRF
 
-    metric = BLEU(effective_order=True) if utility == "bleu" else CHRF()
+    return BLEU(effective_order=True) if utility == "bleu" else CHRF()
+
+
+def expected_utilities(texts: Sequence[str], scores: Sequence[float], utility: str) -> list[float]:
+    """E[u(h)] for each candidate h of `texts`, the model's weights a softmax of `scores`."""
+    metric = _metric(utility)
     top = max(scores)
     weights = [math.exp(s - top) for s in scores]
     total = sum(weights)
