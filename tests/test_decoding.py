@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 from conftest import random_batch, tiny_model
 from transformer_mt import DecodeConfig, beam_search, greedy_search, sample
-from transformer_mt.decoding import filter_logits, length_penalty
+from transformer_mt import decoding
+from transformer_mt.decoding import filter_logits, length_penalty, topk_in_blocks
 
 PAD, BOS, EOS, A, B = 0, 2, 3, 4, 5
 
@@ -291,3 +292,35 @@ def test_greedy_rows_that_finish_leave_the_batch_without_changing_the_others():
         alone = greedy_search(model, row[None, :n], cfg)[0]
         assert hyps[0].tokens == alone[0].tokens
         assert hyps[0].log_prob == pytest.approx(alone[0].log_prob, abs=1e-5)
+
+
+# --- beam candidates -----------------------------------------------------------------------
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 2**16), rows=st.integers(1, 4), width=st.integers(1, 700),
+       k=st.integers(1, 12), block=st.sampled_from([2, 8, 32, 128]),
+       levels=st.sampled_from([3, 1000]), dead=st.floats(0.0, 0.9))
+def test_topk_in_blocks_equals_topk(seed, rows, width, k, block, levels, dead):
+    """The same values as torch.topk, sorted, at distinct indices that hold them; with few
+    distinct levels (many ties) and with -inf (dead hypotheses, forbidden tokens)."""
+    g = torch.Generator().manual_seed(seed)
+    k = min(k, width)
+    x = torch.randint(levels, (rows, width), generator=g).float()
+    x[torch.rand(rows, width, generator=g) < dead] = float("-inf")
+    values, indices = topk_in_blocks(x, k, block)
+    assert torch.equal(values, x.topk(k, dim=1).values)
+    assert torch.equal(x.gather(1, indices), values)
+    assert all(len(set(row)) == k for row in indices.tolist())
+
+
+def test_beam_search_with_block_candidates_equals_plain_topk(monkeypatch):
+    """A vocabulary large enough for the block path (4 x 600 candidates a sentence) gives the
+    same hypotheses and scores as torch.topk."""
+    model = tiny_model(seed=8, vocab_size=600)
+    src = random_batch(3, 5, 7, vocab=600, lengths=[7, 3, 6, 7, 2])
+    cfg = DecodeConfig(beam_size=4, n_best=4, max_length_offset=10)
+    blocks = beam_search(model, src, cfg)
+    monkeypatch.setattr(decoding, "topk_in_blocks", lambda x, k: x.topk(k, dim=1))
+    plain = beam_search(model, src, cfg)
+    assert [[(h.tokens, h.score) for h in hyps] for hyps in blocks] == \
+        [[(h.tokens, h.score) for h in hyps] for hyps in plain]
