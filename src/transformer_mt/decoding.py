@@ -171,6 +171,7 @@ def beam_search(model, src_BS: Tensor, cfg: DecodeConfig) -> list[list[Hypothesi
     # A: sentences still searching; finished ones leave the batch (and the caches) at once
     active = list(range(B))
     max_len_A = max_output_lengths(src_BS, mcfg.pad_id, cfg)
+    max_len = max_len_A.tolist()  # the same, for the Python test of which sentences are done
     tokens_ANT = torch.full((B * N, 1), mcfg.bos_id, dtype=torch.long, device=device)
     alive_lp_AN = torch.full((B, N), float("-inf"), device=device)
     alive_lp_AN[:, 0] = 0.0  # one live hypothesis (BOS) at the start
@@ -196,12 +197,12 @@ def beam_search(model, src_BS: Tensor, cfg: DecodeConfig) -> list[list[Hypothesi
         tokens_ANT = torch.cat([tokens_ANT[rows], token_A2N.gather(1, pick_AN).view(-1, 1)], 1)
         cache.reorder(rows)
         still = [a for a in range(A)
-                 if len(finished[active[a]]) < N and length < int(max_len_A[a])]
+                 if len(finished[active[a]]) < N and length < max_len[a]]
         if len(still) < A:  # drop the sentences that are done
             keep_A = torch.tensor(still, dtype=torch.long, device=device)
             keep_rows = (keep_A[:, None] * N + torch.arange(N, device=device)).view(-1)
             tokens_ANT, alive_lp_AN = tokens_ANT[keep_rows], alive_lp_AN[keep_A]
-            max_len_A = max_len_A[keep_A]
+            max_len_A, max_len = max_len_A[keep_A], [max_len[a] for a in still]
             cache.keep_sources(keep_A)
             active = [active[a] for a in still]
     return [sorted(hyps, key=lambda h: -h.score)[: cfg.n_best] for hyps in finished]
