@@ -9,6 +9,7 @@ from transformer_mt import (
     Translator,
     save_model,
 )
+from transformer_mt.translator import Int8Linear
 
 
 def make_translator(vocab):
@@ -72,8 +73,7 @@ def test_int8_decoding_approximates_float_and_leaves_the_model_alone(multi30k_vo
     model = translator.model
     n_linear = sum(type(m) is torch.nn.Linear for m in model.modules())
     int8 = Translator(model, multi30k_vocab, DecodeConfig(int8=True, max_length_offset=8))
-    quantized = [m for m in int8.model.modules()
-                 if isinstance(m, torch.ao.nn.quantized.dynamic.Linear)]
+    quantized = [m for m in int8.model.modules() if isinstance(m, Int8Linear)]
     assert len(quantized) == n_linear == 2 * (4 + 2) + 2 * (8 + 2) + 1  # attention, FFN, output
     assert sum(type(m) is torch.nn.Linear for m in model.modules()) == n_linear  # a copy
     torch.manual_seed(1)
@@ -83,6 +83,21 @@ def test_int8_decoding_approximates_float_and_leaves_the_model_alone(multi30k_vo
     assert 0 < (approx - exact).norm() / exact.norm() < 0.05
     outputs = int8.translate(SENTENCES)
     assert len(outputs) == len(SENTENCES) and all(isinstance(o, str) for o in outputs)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.ao's announced move
+def test_int8_linear_is_bitwise_torch_ao_dynamic_quantisation():
+    """Int8Linear calls the operator of torch.ao's dynamically quantised Linear directly: the
+    same outputs, bit for bit, with and without bias, for any leading shape."""
+    from torch.ao.quantization import quantize_dynamic
+
+    torch.manual_seed(0)
+    for bias in (True, False):
+        linear = torch.nn.Sequential(torch.nn.Linear(48, 100, bias=bias))
+        reference = quantize_dynamic(linear, {torch.nn.Linear}, dtype=torch.qint8)[0]
+        for shape in ((7, 48), (2, 5, 48)):
+            x = torch.randn(shape) * 3
+            assert torch.equal(Int8Linear(reference)(x), reference(x))
 
 
 def test_int8_is_cpu_only_and_not_with_bf16(multi30k_vocab):
