@@ -112,8 +112,9 @@ class PrefixCache:
         self.prefixes = [[] for _ in range(rows)]
         self.beams = beams
 
-    def reorder(self, index):
+    def reorder(self, index, beams=None):
         self.prefixes = [list(self.prefixes[i]) for i in index.tolist()]
+        self.beams = beams or self.beams
 
     def keep_sources(self, index):
         self.reorder(torch.tensor([i * self.beams + k for i in index.tolist()
@@ -323,3 +324,25 @@ def test_beam_search_with_block_candidates_equals_plain_topk(monkeypatch):
     plain = beam_search(model, src, cfg)
     assert [[(h.tokens, h.score) for h in hyps] for hyps in blocks] == \
         [[(h.tokens, h.score) for h in hyps] for hyps in plain]
+
+
+def test_beam_search_first_step_decodes_one_row_per_sentence():
+    """Until the first step has chosen N hypotheses a sentence has one (BOS): its rows are not
+    decoded N times."""
+    model = tiny_model(seed=3)
+    rows, decode = [], model.decode
+
+    def counting_decode(tgt, memory, cache=None):
+        rows.append(len(tgt))
+        return decode(tgt, memory, cache)
+
+    model.decode = counting_decode
+    cfg = DecodeConfig(beam_size=4, min_length=6, max_length=6)
+    beam_search(model, random_batch(1, 3, 5), cfg)
+    assert rows == [3] + [3 * 4] * 5
+
+
+def test_beam_wider_than_half_the_vocabulary_is_refused():
+    model = TableModel({}, {A: 0.5, EOS: 0.5})
+    with pytest.raises(ValueError, match="2 x beam_size = 8 candidates; the vocabulary has only 6"):
+        beam_search(model, torch.ones(1, 2, dtype=torch.long), DecodeConfig(beam_size=4))

@@ -10,7 +10,7 @@ The `model` argument needs only `cfg` (pad/bos/eos ids), `encode`, `new_cache` (
 log-probability tables. Finished sentences leave the batch at once.
 """
 
-# B batch  S source len  T target len  V vocab  N beam
+# B batch  S source len  T target len  V vocab  N beam  n rows per sentence (1 or N)  A active
 
 from __future__ import annotations
 
@@ -167,41 +167,45 @@ def beam_search(model, src_BS: Tensor, cfg: DecodeConfig) -> list[list[Hypothesi
     B, N = src_BS.size(0), cfg.beam_size
     device = src_BS.device
     memory = model.encode(src_BS)
-    cache = model.new_cache(memory, beams=N)  # rows a*N .. a*N+N-1 continue sentence active[a]
+    # One row per sentence (its BOS) until the first step has chosen N hypotheses; from then on
+    # rows a*N .. a*N+N-1 continue sentence active[a]. n: rows per sentence now.
+    cache = model.new_cache(memory)
     # A: sentences still searching; finished ones leave the batch (and the caches) at once
     active = list(range(B))
     max_len_A = max_output_lengths(src_BS, mcfg.pad_id, cfg)
     max_len = max_len_A.tolist()  # the same, for the Python test of which sentences are done
-    tokens_ANT = torch.full((B * N, 1), mcfg.bos_id, dtype=torch.long, device=device)
-    alive_lp_AN = torch.full((B, N), float("-inf"), device=device)
-    alive_lp_AN[:, 0] = 0.0  # one live hypothesis (BOS) at the start
+    tokens_AnT = torch.full((B, 1), mcfg.bos_id, dtype=torch.long, device=device)
+    alive_lp_An = torch.zeros(B, 1, device=device)
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
     while active:
-        A = len(active)
-        logp_ANV = _next_log_probs(model, tokens_ANT, memory, cache,
-                                   max_len_A.repeat_interleave(N), cfg.min_length)
-        V = logp_ANV.size(-1)
-        cand_lp_AX = logp_ANV.view(A, N, V).add_(alive_lp_AN[:, :, None]).view(A, N * V)
+        A, n = alive_lp_An.shape
+        logp_AnV = _next_log_probs(model, tokens_AnT, memory, cache,
+                                   max_len_A.repeat_interleave(n), cfg.min_length)
+        V = logp_AnV.size(-1)
+        if V < 2 * N:
+            raise ValueError(f"beam search keeps 2 x beam_size = {2 * N} candidates; the "
+                             f"vocabulary has only {V} tokens")
+        cand_lp_AX = logp_AnV.view(A, n, V).add_(alive_lp_An[:, :, None]).view(A, n * V)
         top_lp_A2N, top_idx_A2N = topk_in_blocks(cand_lp_AX, 2 * N)
         origin_A2N, token_A2N = top_idx_A2N // V, top_idx_A2N % V
         is_eos_A2N = token_A2N.eq(mcfg.eos_id)
-        length = tokens_ANT.size(1)  # tokens of a hypothesis that ends now, EOS included
+        length = tokens_AnT.size(1)  # tokens of a hypothesis that ends now, EOS included
         for a, j in (is_eos_A2N[:, :N] & top_lp_A2N[:, :N].isfinite()).nonzero().tolist():
             lp = float(top_lp_A2N[a, j])
-            row = a * N + int(origin_A2N[a, j])
+            row = a * n + int(origin_A2N[a, j])
             finished[active[a]].append(Hypothesis(
-                tokens_ANT[row, 1:].tolist(), lp, lp / length_penalty(length, cfg.length_penalty)))
-        alive_lp_AN, pick_AN = top_lp_A2N.masked_fill(is_eos_A2N, float("-inf")).topk(N, dim=1)
-        first_row_A1 = torch.arange(A, device=device)[:, None] * N
+                tokens_AnT[row, 1:].tolist(), lp, lp / length_penalty(length, cfg.length_penalty)))
+        alive_lp_An, pick_AN = top_lp_A2N.masked_fill(is_eos_A2N, float("-inf")).topk(N, dim=1)
+        first_row_A1 = torch.arange(A, device=device)[:, None] * n
         rows = (first_row_A1 + origin_A2N.gather(1, pick_AN)).view(-1)  # (A*N,)
-        tokens_ANT = torch.cat([tokens_ANT[rows], token_A2N.gather(1, pick_AN).view(-1, 1)], 1)
-        cache.reorder(rows)
+        tokens_AnT = torch.cat([tokens_AnT[rows], token_A2N.gather(1, pick_AN).view(-1, 1)], 1)
+        cache.reorder(rows, beams=N)
         still = [a for a in range(A)
                  if len(finished[active[a]]) < N and length < max_len[a]]
         if len(still) < A:  # drop the sentences that are done
             keep_A = torch.tensor(still, dtype=torch.long, device=device)
             keep_rows = (keep_A[:, None] * N + torch.arange(N, device=device)).view(-1)
-            tokens_ANT, alive_lp_AN = tokens_ANT[keep_rows], alive_lp_AN[keep_A]
+            tokens_AnT, alive_lp_An = tokens_AnT[keep_rows], alive_lp_An[keep_A]
             max_len_A, max_len = max_len_A[keep_A], [max_len[a] for a in still]
             cache.keep_sources(keep_A)
             active = [active[a] for a in still]

@@ -26,9 +26,9 @@ class EnsembleCache:
     def __len__(self) -> int:
         return len(self.caches[0])
 
-    def reorder(self, index_B: Tensor) -> None:
+    def reorder(self, index_B: Tensor, beams: int | None = None) -> None:
         for cache in self.caches:
-            cache.reorder(index_B)
+            cache.reorder(index_B, beams)
 
     def keep_sources(self, index_A: Tensor) -> None:
         for cache in self.caches:

@@ -266,10 +266,14 @@ class DecoderCache:
         """Number of target positions decoded so far."""
         return len(self.self_kv[0])
 
-    def reorder(self, index_B: Tensor) -> None:
-        """Row i now continues the hypothesis that was in row index_B[i] (same sentence)."""
+    def reorder(self, index_B: Tensor, beams: int | None = None) -> None:
+        """Row i now continues the hypothesis that was in row index_B[i] (same sentence).
+        beams: the rows per source from now on, where that changes (beam search's first step
+        turns each sentence's one row into beam_size)."""
         for cache in self.self_kv:
             cache.reorder(index_B)
+        if beams is not None:
+            self.beams = beams
 
     def keep_sources(self, index_A: Tensor) -> None:
         """Keep only sources index_A (and their `beams` rows each): finished sentences leave."""
