@@ -7,6 +7,7 @@ from torch import nn
 from transformer_mt.attention import (
     KVCache,
     MultiHeadAttention,
+    attention,
     causal_mask,
     padding_mask,
     reference_attention,
@@ -26,6 +27,40 @@ def test_sdpa_equals_reference_attention(seed, t, s, d_k, d_v):
     mask = padding_mask(is_pad)
     fast = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     torch.testing.assert_close(fast, reference_attention(q, k, v, mask), atol=1e-5, rtol=1e-5)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**16), t=st.integers(1, 9), s=st.integers(1, 9),
+       causal=st.booleans())
+def test_bf16_cpu_attention_is_the_fp32_reference_to_bf16_precision(seed, t, s, causal):
+    """The written-out bf16 path: outputs and gradients within bf16 rounding of the fp32
+    reference, with padding or causal masks (and a fully padded row finite)."""
+    g = torch.Generator().manual_seed(seed)
+    s = t if causal else s
+    q, k, v = (torch.randn(3, 2, n, 8, generator=g) for n in (t, s, s))
+    if causal:
+        mask = causal_mask(t)
+    else:
+        is_pad = torch.rand(3, s, generator=g) < 0.4
+        is_pad[0] = True  # attends everywhere (padding_mask), never NaN
+        mask = padding_mask(is_pad)
+    leaves = [x.bfloat16().requires_grad_() for x in (q, k, v)]
+    out = attention(*leaves, mask)
+    assert out.dtype == torch.bfloat16
+    out.float().square().sum().backward()
+    exact = [x.bfloat16().float().requires_grad_() for x in (q, k, v)]
+    want = reference_attention(*exact, mask)
+    want.square().sum().backward()
+    torch.testing.assert_close(out.float(), want, atol=0.05, rtol=0.02)
+    for got, ref in zip(leaves, exact, strict=True):
+        torch.testing.assert_close(got.grad.float(), ref.grad, atol=0.1, rtol=0.05)
+
+
+def test_attention_dispatch_keeps_sdpa_for_fp32():
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 5, 4, generator=g) for _ in range(3))
+    mask = causal_mask(5)
+    assert torch.equal(attention(q, k, v, mask), F.scaled_dot_product_attention(q, k, v, mask))
 
 
 def test_multihead_attention_equals_torch_multihead_attention():
