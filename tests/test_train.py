@@ -63,8 +63,8 @@ def test_label_smoothing_matches_pytorch(eps, seed):
 
 
 def test_label_smoothing_is_exact_where_the_target_probability_underflows():
-    # the log-normaliser comes from the most probable token's softmax: targets 150 nats below
-    # it (probability ~1e-65, 0 in fp32) still get their exact loss and gradient
+    # targets 150 nats below the most probable token (probability ~1e-65, 0 in fp32) still get
+    # their exact loss and gradient
     logits = torch.tensor([[0.0, 150.0, -3.0, 1.0], [-150.0, 0.0, 0.0, 0.0],
                            [2.0, 2.0, 2.0, 2.0], [0.0, -150.0, 150.0, 0.0]])
     target = torch.tensor([0, 1, 3, 1])

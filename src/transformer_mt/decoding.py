@@ -173,7 +173,6 @@ def beam_search(model, src_BS: Tensor, cfg: DecodeConfig) -> list[list[Hypothesi
     # A: sentences still searching; finished ones leave the batch (and the caches) at once
     active = list(range(B))
     max_len_A = max_output_lengths(src_BS, mcfg.pad_id, cfg)
-    max_len = max_len_A.tolist()  # the same, for the Python test of which sentences are done
     tokens_AnT = torch.full((B, 1), mcfg.bos_id, dtype=torch.long, device=device)
     alive_lp_An = torch.zeros(B, 1, device=device)
     finished: list[list[Hypothesis]] = [[] for _ in range(B)]
@@ -200,13 +199,13 @@ def beam_search(model, src_BS: Tensor, cfg: DecodeConfig) -> list[list[Hypothesi
         rows = (first_row_A1 + origin_A2N.gather(1, pick_AN)).view(-1)  # (A*N,)
         tokens_AnT = torch.cat([tokens_AnT[rows], token_A2N.gather(1, pick_AN).view(-1, 1)], 1)
         cache.reorder(rows, beams=N)
-        still = [a for a in range(A)
-                 if len(finished[active[a]]) < N and length < max_len[a]]
+        at_limit = (max_len_A <= length).tolist()  # one read, not one per sentence
+        still = [a for a in range(A) if len(finished[active[a]]) < N and not at_limit[a]]
         if len(still) < A:  # drop the sentences that are done
             keep_A = torch.tensor(still, dtype=torch.long, device=device)
             keep_rows = (keep_A[:, None] * N + torch.arange(N, device=device)).view(-1)
             tokens_AnT, alive_lp_An = tokens_AnT[keep_rows], alive_lp_An[keep_A]
-            max_len_A, max_len = max_len_A[keep_A], [max_len[a] for a in still]
+            max_len_A = max_len_A[keep_A]
             cache.keep_sources(keep_A)
             active = [active[a] for a in still]
     return [sorted(hyps, key=lambda h: -h.score)[: cfg.n_best] for hyps in finished]
