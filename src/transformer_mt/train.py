@@ -19,6 +19,7 @@ from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.parallel import DistributedDataParallel
 
+from .bf16_check import warn_if_bf16_is_slow
 from .checkpoint import (
     STATE_FILE,
     clean_temporaries,
@@ -389,6 +390,9 @@ def _train(cfg: Config, data_dir: Path, run_dir: Path, ignore_mismatch: bool, wo
     train_data = ParallelData(data_dir, "train")
     valid_data = ParallelData(data_dir, "valid") if (data_dir / "valid.src.txt").exists() else None
     model = Transformer(cfg.model).to(device)
+    if tcfg.bf16 and world.is_main:
+        warn_if_bf16_is_slow(device, setting="train.bf16",
+                             instead="train in float32 (--train.bf16=false)")
     optimizer = make_optimizer(model, tcfg)
     scaler = torch.amp.GradScaler(device.type, enabled=tcfg.fp16)
     state = new_state(cfg, meta, world)

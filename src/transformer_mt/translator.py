@@ -12,6 +12,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from .bf16_check import warn_if_bf16_is_slow
 from .config import DecodeConfig
 from .decoding import Hypothesis, generate
 from .ensemble import Ensemble
@@ -82,6 +83,9 @@ class Translator:
             model = Ensemble([quantize_int8(m) for m in model.members]) \
                 if isinstance(model, Ensemble) else quantize_int8(model)
         self.model = model.eval()
+        if self.decode_cfg.bf16:
+            warn_if_bf16_is_slow(next(model.parameters()).device, setting="decode.bf16",
+                                 instead="decode in float32 (without --bf16) or with --int8")
 
     @classmethod
     def from_dir(cls, model_dir: str | Path, *, device: str = "cpu", **decode_overrides):

@@ -1,0 +1,55 @@
+"""Does bfloat16 pay on this CPU?
+
+bf16 autocast makes CPU training and decoding faster only where oneDNN has bf16 matrix units to
+use: AVX-512 BF16 on AMD Zen 4 and 5 (about 4x float32 on the 2-core Zen 5 where the Multi30k
+runs trained), AMX on Intel Xeon since Sapphire Rapids. Elsewhere the products are converted
+and run slower than in float32: 0.6x on a 2-core Intel Xeon (model 207) whose hypervisor does not
+expose AMX (benchmarks/results/speed-xeon). A few milliseconds of matrix products, once per
+process, tell which, so that `train.bf16` and `decode.bf16` warn instead of silently running
+slower.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+
+import torch
+
+log = logging.getLogger(__name__)
+
+PROBE_SHAPE = (2048, 256, 1024)  # rows x inner x columns: a small model's FFN on a 2k-token batch
+SLOW = 0.9  # warn below this speed-up
+
+
+@functools.cache
+def bf16_matmul_speedup() -> float:
+    """Float32 time over bfloat16 time of one PROBE_SHAPE matrix product on this CPU, best of five
+    rounds alternating the two (above 1: bf16 is faster)."""
+    rows, inner, cols = PROBE_SHAPE
+    generator = torch.Generator().manual_seed(0)
+    a32 = torch.randn(rows, inner, generator=generator)
+    b32 = torch.randn(inner, cols, generator=generator)
+    pairs = {torch.float32: (a32, b32), torch.bfloat16: (a32.bfloat16(), b32.bfloat16())}
+    best = dict.fromkeys(pairs, float("inf"))
+    for _ in range(5):
+        for dtype, (a, b) in pairs.items():
+            start = time.perf_counter()
+            torch.mm(a, b)
+            best[dtype] = min(best[dtype], time.perf_counter() - start)
+    return best[torch.float32] / best[torch.bfloat16]
+
+
+def warn_if_bf16_is_slow(device: torch.device, *, setting: str, instead: str) -> None:
+    """Log a warning, once per process, when `setting` asks for bf16 autocast on a CPU that
+    multiplies bf16 matrices more slowly than float32; `instead` says what to use."""
+    if device.type == "cpu" and bf16_matmul_speedup() < SLOW:
+        _warn_once(setting, instead, bf16_matmul_speedup())
+
+
+@functools.cache
+def _warn_once(setting: str, instead: str, speedup: float) -> None:
+    log.warning("%s: this CPU multiplies bfloat16 matrices at %.2fx the speed of float32 "
+                "(no bf16 matrix units in use), so bf16 autocast slows it down; %s",
+                setting, speedup, instead)
