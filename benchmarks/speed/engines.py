@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import platform
 import subprocess
 import tempfile
 from pathlib import Path
@@ -249,10 +250,24 @@ def git_commit() -> str:
         return "unknown"
 
 
+def cpu_model() -> str:
+    """The CPU's model name and the bf16 matrix instructions it offers (which decide whether
+    bf16 pays: bf16_check.py), from /proc/cpuinfo where there is one."""
+    try:
+        first = Path("/proc/cpuinfo").read_text().split("\n\n")[0]
+    except OSError:
+        return platform.processor() or platform.machine()
+    info = dict(line.split(":", 1) for line in first.splitlines() if ":" in line)
+    info = {key.strip(): value.strip() for key, value in info.items()}
+    units = [flag for flag in ("amx_bf16", "avx512_bf16") if flag in info.get("flags", "").split()]
+    return (f"{info.get('model name', platform.machine())}, family {info.get('cpu family')} "
+            f"model {info.get('model')}, {' and '.join(units) or 'no bf16 instructions'}")
+
+
 def emit(result: dict, path: Path | None) -> dict:
-    """One measurement, with the commit: a JSON line on stdout (run.sh collects them) and,
-    with `path`, a JSON file."""
-    result = result | {"commit": git_commit()}
+    """One measurement, with the commit and the CPU: a JSON line on stdout (run.sh collects
+    them) and, with `path`, a JSON file."""
+    result = result | {"commit": git_commit(), "cpu_model": cpu_model()}
     print(json.dumps(result))
     if path:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -7,7 +7,6 @@ medians and min-max over the runs, and our ratios to the peers.
 from __future__ import annotations
 
 import json
-import platform
 import statistics
 import subprocess
 import sys
@@ -15,24 +14,11 @@ from collections import defaultdict
 from pathlib import Path
 
 import torch
+from engines import cpu_model
 
 TRAIN_METRICS = ("tokens_per_s", "fraction_of_matmul_peak", "peak_rss_mib",
                  "page_faults_per_step")
 DECODE_METRICS = ("greedy_sentences_per_s", "beam4_sentences_per_s", "beam4_latency_ms")
-
-
-def cpu_model() -> str:
-    """The CPU's model name and the bf16 matrix instructions it offers (which decide whether
-    bf16 pays: bf16_check.py), from /proc/cpuinfo where there is one."""
-    try:
-        first = Path("/proc/cpuinfo").read_text().split("\n\n")[0]
-    except OSError:
-        return platform.processor() or platform.machine()
-    info = dict(line.split(":", 1) for line in first.splitlines() if ":" in line)
-    info = {key.strip(): value.strip() for key, value in info.items()}
-    units = [flag for flag in ("amx_bf16", "avx512_bf16") if flag in info.get("flags", "").split()]
-    return (f"{info.get('model name', platform.machine())}, family {info.get('cpu family')} "
-            f"model {info.get('model')}, {' and '.join(units) or 'no bf16 instructions'}")
 
 
 def load(path: Path) -> list[dict]:
