@@ -1,12 +1,12 @@
 """Does bfloat16 pay on this CPU?
 
-bf16 autocast makes CPU training and decoding faster only where oneDNN has bf16 matrix units to
-use: AVX-512 BF16 on AMD Zen 4 and 5 (about 4x float32 on the 2-core Zen 5 where the Multi30k
-runs trained), AMX on Intel Xeon since Sapphire Rapids. Elsewhere the products are converted
-and run slower than in float32: 0.6x on a 2-core Intel Xeon (model 207) whose hypervisor does not
-expose AMX (benchmarks/results/speed-xeon). A few milliseconds of matrix products, once per
-process, tell which, so that `train.bf16` and `decode.bf16` warn instead of silently running
-slower.
+bf16 autocast makes CPU training and decoding faster only where oneDNN has fast bf16 matrix
+instructions: AVX-512 BF16 on AMD Zen 4 and 5 (about 4x float32 on the 2-core Zen 5 where the
+Multi30k runs trained), AMX on Intel Xeon since Sapphire Rapids. Elsewhere bf16 products run no
+faster than float32, or slower: 0.6x on a 2-core Intel Xeon (model 207) that has AVX-512 BF16
+but whose hypervisor does not expose AMX (benchmarks/results/speed-xeon). About 60 ms of matrix
+products, once per process, tell which, so that `train.bf16` and `decode.bf16` warn instead of
+silently running slower.
 """
 
 from __future__ import annotations
