@@ -10,7 +10,6 @@ per process (engines.py).
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -51,7 +50,6 @@ def main(argv: list[str] | None = None) -> dict:
     engine.decode(batches[len(batches) // 2], beam=1, length=args.length)  # warm-up
     result = {"engine": engine.name, "shape": args.shape, "dtype": args.dtype,
               "malloc": engine.malloc,
-              "cpu": platform.processor() or platform.machine(),
               "threads": torch.get_num_threads(), "torch": torch.__version__,
               "sentences": n, "output_tokens": args.length, "batch_size": args.batch_size}
     for label, beam in (("greedy", 1), ("beam4", 4)):

@@ -13,7 +13,6 @@ peak in the same dtype. One configuration per process.
 from __future__ import annotations
 
 import argparse
-import platform
 import resource
 import statistics
 import time
@@ -119,8 +118,7 @@ def main(argv: list[str] | None = None) -> dict:
     result = {
         "engine": engine.name, "shape": args.shape, "dtype": args.dtype,
         "malloc": engine.malloc,
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda"
-        else platform.processor() or platform.machine(),
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "threads": torch.get_num_threads(), "torch": torch.__version__,
         "max_tokens": args.max_tokens, "timed_steps": len(times),
         "median_step_s": statistics.median(times),

@@ -44,8 +44,11 @@ def bf16_matmul_speedup() -> float:
 def warn_if_bf16_is_slow(device: torch.device, *, setting: str, instead: str) -> None:
     """Log a warning, once per process, when `setting` asks for bf16 autocast on a CPU that
     multiplies bf16 matrices more slowly than float32; `instead` says what to use."""
-    if device.type == "cpu" and bf16_matmul_speedup() < SLOW:
-        _warn_once(setting, instead, bf16_matmul_speedup())
+    if device.type != "cpu":
+        return
+    speedup = bf16_matmul_speedup()
+    if speedup < SLOW:
+        _warn_once(setting, instead, speedup)
 
 
 @functools.cache
