@@ -281,7 +281,7 @@ def test_dropout_zeroes_about_p_and_rescales_the_rest(dtype):
     assert abs(dropped.float().mean() - 0.3) < 4 * (0.3 * 0.7 / n) ** 0.5  # 4 sigma
     scale = 2**16 / (2**16 - round(0.3 * 2**16))  # the mask's p is a multiple of 2^-16
     expected = torch.where(dropped, 0.0, x.detach().float() * scale).to(dtype)
-    torch.testing.assert_close(y.detach(), expected)
+    assert torch.equal(y.detach(), expected), "kept values are x / (1 - p), rounded once"
     y.backward(torch.ones_like(y))
     torch.testing.assert_close(x.grad, torch.where(dropped, 0.0, scale).to(dtype))
     torch.manual_seed(7)
@@ -290,15 +290,31 @@ def test_dropout_zeroes_about_p_and_rescales_the_rest(dtype):
     assert torch.equal(drop.eval()(x), x)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_dropout_keeps_one_byte_per_element_for_backward(dtype):
+    """Autograd saves the mask as uint8, not a float copy: a quarter (fp32) or half (bf16) of
+    the memory a float mask would take, for every dropout of a training step."""
+    x = torch.randn(64, 33, dtype=dtype, requires_grad=True)
+    saved = []
+
+    def pack(t):
+        saved.append(t)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        Dropout(0.1)(x)
+    assert [(t.dtype, t.shape) for t in saved] == [(torch.uint8, x.shape)]
+
+
 def test_dropout_masks_are_unbiased_and_independent_in_every_lane():
-    """Each of the three 16-bit lanes cut from one 64-bit draw drops with probability p, and
+    """Each of the four 16-bit lanes cut from one 64-bit draw drops with probability p, and
     neighbouring elements (lanes of one draw, or of two) are uncorrelated."""
     torch.manual_seed(0)
-    p, n = 0.1, 3 * 200_000
+    p, n = 0.1, 4 * 200_000
     dropped = ~keep_mask(torch.Size([n]), round(p * 2**16), torch.device("cpu"))
-    sigma = (p * (1 - p) / (n / 3)) ** 0.5
-    for lane in range(3):
-        assert abs(dropped[lane::3].float().mean() - p) < 5 * sigma
+    sigma = (p * (1 - p) / (n / 4)) ** 0.5
+    for lane in range(4):
+        assert abs(dropped[lane::4].float().mean() - p) < 5 * sigma
     both = (dropped[:-1] & dropped[1:]).float().mean()  # P(two neighbours dropped) = p^2
     assert abs(both - p * p) < 5 * (p * p / n) ** 0.5
     assert keep_mask(torch.Size([2, 5]), 0, torch.device("cpu")).all()
