@@ -56,10 +56,12 @@ def test_bf16_cpu_attention_is_the_fp32_reference_to_bf16_precision(seed, t, s, 
         torch.testing.assert_close(got.grad.float(), ref.grad, atol=0.1, rtol=0.05)
 
 
-def test_attention_dispatch_keeps_sdpa_for_fp32():
+def test_attention_dispatch_keeps_sdpa_for_fp32_and_for_bf16_without_gradients():
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 2, 5, 4, generator=g) for _ in range(3))
     mask = causal_mask(5)
+    assert torch.equal(attention(q, k, v, mask), F.scaled_dot_product_attention(q, k, v, mask))
+    q, k, v = q.bfloat16(), k.bfloat16(), v.bfloat16()  # decoding: SDPA, as fast as it gets
     assert torch.equal(attention(q, k, v, mask), F.scaled_dot_product_attention(q, k, v, mask))
 
 

@@ -27,7 +27,7 @@ def test_console_script_help():
     assert "info" in out and "translate" in out
 
 
-def test_translate_end_to_end(tmp_path, multi30k_vocab):
+def test_translate_end_to_end(tmp_path, multi30k_vocab, monkeypatch):
     torch.manual_seed(0)
     cfg = ModelConfig(vocab_size=len(multi30k_vocab), d_model=32, n_heads=4, d_ff=64,
                       n_encoder_layers=1, n_decoder_layers=1, dropout=0.0)
@@ -48,6 +48,15 @@ def test_translate_end_to_end(tmp_path, multi30k_vocab):
     rows = [line.split("\t") for line in nbest.read_text(encoding="utf-8").splitlines()]
     assert [r[0] for r in rows] == ["0", "0", "1", "1", "2", "2"]
     assert float(rows[0][1]) >= float(rows[1][1])
+    kv_bf16 = tmp_path / "kv_bf16.txt"  # bf16 keys and values in every decoding cache
+    kv_dtypes = []
+    new_cache = Transformer.new_cache
+    monkeypatch.setattr(Transformer, "new_cache", lambda self, memory, beams=1, kv_dtype=None: (
+        kv_dtypes.append(kv_dtype), new_cache(self, memory, beams, kv_dtype))[1])
+    assert main(["translate", "--model", str(tmp_path / "model"), "--input", str(src),
+                 "--output", str(kv_bf16), "--beam-size", "2", "--int8", "--kv-bf16"]) == 0
+    assert len(kv_bf16.read_text(encoding="utf-8").splitlines()) == 3
+    assert kv_dtypes and set(kv_dtypes) == {torch.bfloat16}
     mbr = tmp_path / "mbr.txt"  # one line per sentence, each one of that sentence's n-best
     assert main(["translate", "--model", str(tmp_path / "model"), "--input", str(src),
                  "--output", str(mbr), "--beam-size", "2", "--mbr", "chrf"]) == 0

@@ -27,6 +27,38 @@ def test_cached_decoding_matches_full_forward(norm_first):
     assert len(cache) == tgt.size(1)
 
 
+def test_cached_decoding_with_bf16_keys_values_matches_full_forward_to_bf16_precision():
+    """decode.kv_bf16: every key and value (self and cross) kept in bf16 and attention run in
+    it, the rest of an fp32 model untouched: logits within bf16 rounding of the fp32 ones."""
+    model = tiny_model(norm_first=True)
+    src = random_batch(0, 3, 7, lengths=[7, 4, 6])
+    tgt = random_batch(1, 3, 9)
+    tgt[:, 0] = BOS
+    memory = model.encode(src)
+    full = model.decode(tgt, memory)
+    cache = model.new_cache(memory, kv_dtype=torch.bfloat16)
+    steps = torch.cat([model.decode(tgt[:, t : t + 1], memory, cache)
+                       for t in range(tgt.size(1))], dim=1)
+    assert steps.dtype == torch.float32
+    kept = [t for kv in cache.cross_kvs for t in kv] + \
+        [t for c in cache.self_kv for t in (c.k_BHCK, c.v_BHCV)]
+    assert {t.dtype for t in kept} == {torch.bfloat16}
+    error = (steps - full).abs().max() / full.abs().max()
+    assert 0 < error < 0.02  # bf16 keeps 8 bits of mantissa: ~0.4 % per rounding
+
+
+def test_beam_search_with_bf16_keys_values_scores_as_a_full_forward_to_bf16_precision():
+    model = tiny_model(seed=5)
+    src = random_batch(9, 3, 7, lengths=[7, 3, 5])
+    cfg = DecodeConfig(beam_size=3, n_best=3, max_length_offset=6, kv_bf16=True)
+    for hyps, row in zip(beam_search(model, src, cfg), src, strict=True):
+        for h in hyps:
+            tgt_in, tgt_out = torch.tensor([[BOS, *h.tokens]]), torch.tensor([*h.tokens, EOS])
+            with torch.no_grad():
+                logp = model(row[None], tgt_in).log_softmax(-1)[0].gather(1, tgt_out[:, None])
+            assert float(logp.sum()) == pytest.approx(h.log_prob, abs=0.05)
+
+
 def test_cached_decoding_in_chunks_matches_full_forward():
     model = tiny_model()
     src, tgt = random_batch(0, 2, 5), random_batch(1, 2, 8)
@@ -131,7 +163,7 @@ class TableModel:
     def encode(self, src):
         return SimpleNamespace(rows=src.size(0))
 
-    def new_cache(self, memory, beams=1):
+    def new_cache(self, memory, beams=1, kv_dtype=None):
         return PrefixCache(memory.rows * beams, beams)
 
     def decode(self, tgt_BT, memory, cache):

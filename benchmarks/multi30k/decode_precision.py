@@ -1,5 +1,6 @@
 """BLEU and wall time of one model's test translations decoded in fp32, under bf16 autocast
-(translate --bf16) and with int8 linear layers (translate --int8), on this machine.
+(translate --bf16), with int8 linear layers (translate --int8), and with attention keys and
+values in bf16 (translate --kv-bf16, in fp32 and with --int8), on this machine.
 
     python benchmarks/multi30k/decode_precision.py --model runs/multi30k-en-de/run \\
         --data ../shared/data --pair en-de \\
@@ -21,7 +22,8 @@ from transformer_mt.checkpoint import resolve_model_dir
 from transformer_mt.evaluate import read_text, sacrebleu_scores, tokenized_bleu
 from transformer_mt.translator import Translator
 
-MODES = {"fp32": {}, "bf16_autocast": {"bf16": True}, "int8_dynamic": {"int8": True}}
+MODES = {"fp32": {}, "bf16_autocast": {"bf16": True}, "int8_dynamic": {"int8": True},
+         "fp32_kv_bf16": {"kv_bf16": True}, "int8_kv_bf16": {"int8": True, "kv_bf16": True}}
 
 
 def main() -> None:

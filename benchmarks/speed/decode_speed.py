@@ -33,7 +33,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--data", type=Path, required=True)
     parser.add_argument("--engine", choices=["ours", "marian", "torch", "ct2"], default="ours")
     parser.add_argument("--shape", choices=["small", "base"], default="small")
-    parser.add_argument("--dtype", choices=["fp32", "bf16", "int8"], default="fp32")
+    parser.add_argument("--dtype", choices=["fp32", "bf16", "int8", "fp32+kv", "int8+kv"],
+                        default="fp32", help="+kv: ours with --kv-bf16")
     parser.add_argument("--length", type=int, default=30)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--latency-sentences", type=int, default=30)

@@ -48,8 +48,9 @@ class Ours:
         self.tcfg = TrainConfig(bf16=dtype == "bf16", fp16=dtype == "fp16", max_steps=1)
         self.optimizer = make_optimizer(self.model, self.tcfg)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.tcfg.fp16)
-        # decoding only: translate --int8's inference copy
-        self.decoder_model = quantize_int8(self.model) if dtype == "int8" else self.model
+        # decoding only: translate --int8's inference copy; "+kv": --kv-bf16 as well
+        self.decoder_model = quantize_int8(self.model) if dtype.startswith("int8") else self.model
+        self.kv_bf16 = dtype.endswith("+kv")
 
     def train_step(self, src, tgt_in, tgt_out, n_target) -> None:
         for group in self.optimizer.param_groups:
@@ -65,7 +66,7 @@ class Ours:
     def decode(self, src, *, beam: int, length: int) -> None:
         self.model.eval()
         cfg = DecodeConfig(strategy="beam" if beam > 1 else "greedy", beam_size=beam,
-                           min_length=length, max_length=length)
+                           min_length=length, max_length=length, kv_bf16=self.kv_bf16)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.tcfg.bf16):
             generate(self.decoder_model, src, cfg)
 
@@ -221,9 +222,10 @@ class TorchTransformer(nn.Module):
 
 def build(engine: str, cfg: ModelConfig, *, dtype: str, threads: int, device: str = "cpu"):
     """An engine by name: ours, marian, torch (any dtype of fp32/bf16; ours also int8 for
-    decoding), ct2 (fp32/int8). Its `malloc` records whether glibc's mmap/trim thresholds are
-    raised ('tuned': ours unless run with TRANSFORMER_MT_MALLOC=default, a peer when run.sh sets
-    MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_) or not ('default')."""
+    decoding, and fp32+kv / int8+kv: with bf16 attention keys and values), ct2 (fp32/int8).
+    Its `malloc` records whether glibc's mmap/trim thresholds are raised ('tuned': ours unless
+    run with TRANSFORMER_MT_MALLOC=default, a peer when run.sh sets MALLOC_MMAP_THRESHOLD_ and
+    MALLOC_TRIM_THRESHOLD_) or not ('default')."""
     bf16 = dtype == "bf16"
     tuned = tune_malloc() if engine == "ours" else all(
         name in os.environ for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"))

@@ -26,12 +26,15 @@ def reference_attention(q_BHTK: Tensor, k_BHLK: Tensor, v_BHLV: Tensor, mask: Te
 def attention(q_BHTK: Tensor, k_BHLK: Tensor, v_BHLV: Tensor, mask: Tensor | None,
               dropout_p: float = 0.0) -> Tensor:
     """Eq. (1) with dropout on the weights: torch's fused `scaled_dot_product_attention`, except
-    in bf16 on the CPU, where it is written out with the softmax in fp32. There the fused kernel
-    took 4x as long for a training batch's forward and backward (160 sentences x 4 heads x 26 x
-    26: 30 ms against 7.5 on the 2-core Zen 5); whole bf16 training steps ran 1.06x (small) and
-    1.05-1.11x (base) faster written out, with ~400 MiB less peak memory at base. In fp32 the two
-    are as fast, and SDPA is kept."""
-    if q_BHTK.device.type != "cpu" or q_BHTK.dtype != torch.bfloat16:
+    when training in bf16 on the CPU, where it is written out with the softmax in fp32. There the
+    fused kernel took 4x as long for a training batch's forward and backward (160 sentences x 4
+    heads x 26 x 26: 30 ms against 7.5 on the 2-core Zen 5); whole bf16 training steps ran 1.06x
+    (small) and 1.05-1.11x (base) faster written out, with ~400 MiB less peak memory at base. In
+    fp32 the two are as fast, and SDPA is kept; so it is when decoding in bf16 (one query a
+    step), where written out was 0.82x as fast (beam 4, small shape, 2-core Xeon)."""
+    training_bf16_on_cpu = q_BHTK.device.type == "cpu" and q_BHTK.dtype == torch.bfloat16 \
+        and q_BHTK.requires_grad
+    if not training_bf16_on_cpu:
         return F.scaled_dot_product_attention(q_BHTK, k_BHLK, v_BHLV, attn_mask=mask,
                                               dropout_p=dropout_p)
     scores_BHTL = (q_BHTK @ k_BHLK.transpose(-2, -1)).mul_(1 / math.sqrt(q_BHTK.size(-1)))
@@ -60,18 +63,22 @@ def causal_mask(t: int, offset: int = 0, device: torch.device | None = None) -> 
 
 class KVCache:
     """Keys and values of one self-attention layer for the positions decoded so far, in a buffer
-    that grows by doubling (appending a step copies only the new position)."""
+    that grows by doubling (appending a step copies only the new position). dtype: kept in that
+    dtype (e.g. bfloat16: half the bytes for beam search to move) instead of the projections'."""
 
-    def __init__(self):
+    def __init__(self, dtype: torch.dtype | None = None):
         self.k_BHCK: Tensor | None = None  # C: capacity >= length
         self.v_BHCV: Tensor | None = None
         self.length = 0
+        self.dtype = dtype
 
     def __len__(self) -> int:
         return self.length
 
     def extend(self, k_BHTK: Tensor, v_BHTV: Tensor) -> tuple[Tensor, Tensor]:
         """Append the new positions; return keys and values of all positions so far."""
+        if self.dtype is not None:
+            k_BHTK, v_BHTV = k_BHTK.to(self.dtype), v_BHTV.to(self.dtype)
         end = self.length + k_BHTK.size(2)
         if self.k_BHCK is None or end > self.k_BHCK.size(2):
             capacity = max(2 * end, 16)
@@ -123,10 +130,12 @@ class MultiHeadAttention(nn.Module):
 
     def forward(self, x_BTD: Tensor, kv: tuple[Tensor, Tensor], mask: Tensor | None) -> Tensor:
         """Attend from x (B, T, D) to projected keys/values `kv` ((B, H, L, K), (B, H, L, V)).
-        mask: True = may attend, broadcastable to (B, H, T, L). Returns (B, T, D)."""
+        mask: True = may attend, broadcastable to (B, H, T, L). Returns (B, T, D). Keys and
+        values kept in another dtype than the queries' (a bf16 decoding cache) set the dtype of
+        eq. (1); W^O gets the queries' dtype back."""
         B, T, _ = x_BTD.shape
         k_BHLK, v_BHLV = kv
         q_BHTK = self.w_q(x_BTD).view(B, T, self.n_heads, self.d_k).transpose(1, 2)
-        out_BHTV = attention(q_BHTK, k_BHLK, v_BHLV, mask,  # §3.2.1, eq. (1)
-                             dropout_p=self.dropout if self.training else 0.0)
+        out_BHTV = attention(q_BHTK.to(k_BHLK.dtype), k_BHLK, v_BHLV, mask,  # §3.2.1, eq. (1)
+                             dropout_p=self.dropout if self.training else 0.0).to(q_BHTK.dtype)
         return self.w_o(out_BHTV.transpose(1, 2).reshape(B, T, self.n_heads * self.d_v))

@@ -45,7 +45,8 @@ def _translate(args: argparse.Namespace) -> int:
     overrides = {k: v for k, v in (("beam_size", args.beam_size), ("n_best", args.n_best),
                                    ("strategy", args.strategy), ("length_penalty", args.alpha),
                                    ("batch_size", args.batch_size), ("bf16", args.bf16),
-                                   ("int8", args.int8), ("mbr", args.mbr))
+                                   ("int8", args.int8), ("kv_bf16", args.kv_bf16),
+                                   ("mbr", args.mbr))
                  if v is not None}
     model_dirs = [resolve_model_dir(m) for m in args.model]
     log.info("translating with %s", ", ".join(str(d) for d in model_dirs))
@@ -257,6 +258,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="CPU only: int8 linear layers with dynamically quantised activations "
                          "(faster beam search; its BLEU change: benchmarks/results/multi30k-en-de*/"
                          "decode_precision.json)")
+    tr.add_argument("--kv-bf16", action="store_true", default=None,
+                    help="keep attention keys and values in bfloat16 (with --int8 or in fp32): "
+                         "beam search moves half the bytes; its BLEU change is in the same "
+                         "decode_precision.json")
     tr.add_argument("--mbr", choices=["none", *UTILITIES],
                     help="not in the paper: return, of the beam's --beam-size finished "
                          "hypotheses, the one with the highest expected sentence BLEU or chrF "

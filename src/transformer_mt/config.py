@@ -107,6 +107,9 @@ class DecodeConfig:
     seed: int = 0  # sampling only
     bf16: bool = False  # bfloat16 autocast while decoding; not in the paper
     int8: bool = False  # CPU only: int8 weights, activations quantised per batch; not in paper
+    # Not in the paper: attention keys and values (cached) and their products in bfloat16 while
+    # the rest stays in fp32 / int8: half the bytes for beam search to move each step.
+    kv_bf16: bool = False
     # Not in the paper: pick among the beam's beam_size finished hypotheses the one with the
     # highest expected sentence BLEU or chrF against the others (minimum Bayes risk, mbr.py).
     mbr: Literal["none", "bleu", "chrf"] = "none"

@@ -47,6 +47,12 @@ def max_output_lengths(src_BS: Tensor, pad_id: int, cfg: DecodeConfig) -> Tensor
     return max_len_B.clamp(min=max(cfg.min_length, 1))
 
 
+def cache_dtype(cfg: DecodeConfig) -> torch.dtype | None:
+    """The dtype of the attention keys and values while decoding: bf16 with decode.kv_bf16,
+    else the projections' own."""
+    return torch.bfloat16 if cfg.kv_bf16 else None
+
+
 def _next_log_probs(model, tokens_BT: Tensor, memory, cache, max_len_B: Tensor,
                     min_length: int) -> Tensor:
     """Log-probabilities (B, V) of the next token; EOS forced where max_len_B is reached and
@@ -94,7 +100,7 @@ def _sequential_search(model, src_BS: Tensor, cfg: DecodeConfig,
     A sentences still decoding; a sentence leaves the batch (and the caches) at its EOS."""
     mcfg = model.cfg
     memory = model.encode(src_BS)
-    cache = model.new_cache(memory)
+    cache = model.new_cache(memory, kv_dtype=cache_dtype(cfg))
     B, device = src_BS.size(0), src_BS.device
     active_A = torch.arange(B, device=device)  # the sentence in each row
     max_len_A = max_output_lengths(src_BS, mcfg.pad_id, cfg)
@@ -169,7 +175,7 @@ def beam_search(model, src_BS: Tensor, cfg: DecodeConfig) -> list[list[Hypothesi
     memory = model.encode(src_BS)
     # One row per sentence (its BOS) until the first step has chosen N hypotheses; from then on
     # rows a*N .. a*N+N-1 continue sentence active[a]. n: rows per sentence now.
-    cache = model.new_cache(memory)
+    cache = model.new_cache(memory, kv_dtype=cache_dtype(cfg))
     # A: sentences still searching; finished ones leave the batch (and the caches) at once
     active = list(range(B))
     max_len_A = max_output_lengths(src_BS, mcfg.pad_id, cfg)

@@ -57,8 +57,9 @@ class Ensemble(nn.Module):
     def encode(self, src_BS: Tensor) -> list[Memory]:
         return [member.encode(src_BS) for member in self.members]
 
-    def new_cache(self, memories: list[Memory], beams: int = 1) -> EnsembleCache:
-        return EnsembleCache([member.new_cache(memory, beams)
+    def new_cache(self, memories: list[Memory], beams: int = 1,
+                  kv_dtype: torch.dtype | None = None) -> EnsembleCache:
+        return EnsembleCache([member.new_cache(memory, beams, kv_dtype)
                               for member, memory in zip(self.members, memories, strict=True)])
 
     def decode(self, tgt_BT: Tensor, memories: list[Memory],

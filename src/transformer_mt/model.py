@@ -255,11 +255,13 @@ class DecoderCache:
     per source; only the self-attention caches move when hypotheses do."""
 
     def __init__(self, cross_kvs: list[tuple[Tensor, Tensor]], cross_mask: Tensor, n_layers: int,
-                 beams: int = 1):
-        self.cross_kvs = cross_kvs
+                 beams: int = 1, kv_dtype: torch.dtype | None = None):
+        """kv_dtype: keep every key and value (cross and self) in that dtype."""
+        self.cross_kvs = cross_kvs if kv_dtype is None else \
+            [(k.to(kv_dtype), v.to(kv_dtype)) for k, v in cross_kvs]
         self.cross_mask = cross_mask
         self.beams = beams
-        self.self_kv = [KVCache() for _ in range(n_layers)]
+        self.self_kv = [KVCache(kv_dtype) for _ in range(n_layers)]
 
     def __len__(self) -> int:
         """Number of target positions decoded so far."""
@@ -332,12 +334,13 @@ class Transformer(nn.Module):
     def cross_kvs(self, memory: Memory) -> list[tuple[Tensor, Tensor]]:
         return [layer.cross_attn.project_kv(memory.states_BSD) for layer in self.decoder.layers]
 
-    def new_cache(self, memory: Memory, beams: int = 1) -> DecoderCache:
+    def new_cache(self, memory: Memory, beams: int = 1,
+                  kv_dtype: torch.dtype | None = None) -> DecoderCache:
         """An empty decoding cache for `memory`, for `beams` target rows per source (rows
         b * beams .. b * beams + beams - 1 continue source b); projects the cross-attention
-        keys/values once."""
+        keys/values once. kv_dtype: keep keys and values in it (attention then runs in it)."""
         return DecoderCache(self.cross_kvs(memory), padding_mask(memory.src_is_pad_BS),
-                            len(self.decoder.layers), beams)
+                            len(self.decoder.layers), beams, kv_dtype)
 
     def decode(self, tgt_BT: Tensor, memory: Memory, cache: DecoderCache | None = None, *,
                project: bool = True) -> Tensor:
