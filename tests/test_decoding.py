@@ -13,36 +13,28 @@ from transformer_mt.decoding import filter_logits, length_penalty, topk_in_block
 PAD, BOS, EOS, A, B = 0, 2, 3, 4, 5
 
 
-@pytest.mark.parametrize("norm_first", [False, True])
-def test_cached_decoding_matches_full_forward(norm_first):
+@pytest.mark.parametrize("norm_first, kv_dtype",
+                         [(False, None), (True, None), (True, torch.bfloat16)])
+def test_cached_decoding_matches_full_forward(norm_first, kv_dtype):
+    """Step by step with the cache = the full forward. With bf16 keys and values
+    (decode.kv_bf16: every key and value, self and cross, kept in bf16 and attention run in it,
+    the rest of the fp32 model untouched): within bf16 rounding of it."""
     model = tiny_model(norm_first=norm_first)
     src = random_batch(0, 3, 7, lengths=[7, 4, 6])
     tgt = random_batch(1, 3, 9)
     tgt[:, 0] = BOS
     memory = model.encode(src)
     full = model.decode(tgt, memory)
-    cache = model.new_cache(memory)
-    steps = [model.decode(tgt[:, t : t + 1], memory, cache) for t in range(tgt.size(1))]
-    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
-    assert len(cache) == tgt.size(1)
-
-
-def test_cached_decoding_with_bf16_keys_values_matches_full_forward_to_bf16_precision():
-    """decode.kv_bf16: every key and value (self and cross) kept in bf16 and attention run in
-    it, the rest of an fp32 model untouched: logits within bf16 rounding of the fp32 ones."""
-    model = tiny_model(norm_first=True)
-    src = random_batch(0, 3, 7, lengths=[7, 4, 6])
-    tgt = random_batch(1, 3, 9)
-    tgt[:, 0] = BOS
-    memory = model.encode(src)
-    full = model.decode(tgt, memory)
-    cache = model.new_cache(memory, kv_dtype=torch.bfloat16)
+    cache = model.new_cache(memory, kv_dtype=kv_dtype)
     steps = torch.cat([model.decode(tgt[:, t : t + 1], memory, cache)
                        for t in range(tgt.size(1))], dim=1)
-    assert steps.dtype == torch.float32
+    assert len(cache) == tgt.size(1) and steps.dtype == torch.float32
+    if kv_dtype is None:
+        torch.testing.assert_close(steps, full, atol=1e-5, rtol=1e-5)
+        return
     kept = [t for kv in cache.cross_kvs for t in kv] + \
         [t for c in cache.self_kv for t in (c.k_BHCK, c.v_BHCV)]
-    assert {t.dtype for t in kept} == {torch.bfloat16}
+    assert {t.dtype for t in kept} == {kv_dtype}
     error = (steps - full).abs().max() / full.abs().max()
     assert 0 < error < 0.02  # bf16 keeps 8 bits of mantissa: ~0.4 % per rounding
 
