@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from transformer_mt.config import TrainConfig
-from transformer_mt.train import label_smoothed_nll, learning_rate, noam_lr
+from transformer_mt.train import label_smoothed_nll, learning_rate, make_optimizer, noam_lr
 
 
 def test_noam_schedule_values():
@@ -189,3 +189,27 @@ def test_gradient_accumulation_equals_one_large_batch():
     for (name, p), q in zip(split_model.named_parameters(), whole_model.parameters(),
                             strict=True):
         torch.testing.assert_close(p.grad, q.grad, atol=1e-6, rtol=1e-4, msg=name)
+
+
+def test_optimizer_is_the_papers_adam_written_out():
+    """make_optimizer (fused Adam, beta1 0.9, beta2 0.98, eps 1e-9) moves parameters as §5.3's
+    Adam written out: m, v, bias corrections, lr * m_hat / (sqrt(v_hat) + eps)."""
+    torch.manual_seed(0)
+    param = torch.nn.Parameter(torch.randn(7, 5))
+    module = torch.nn.Module()
+    module.weight = param
+    optimizer = make_optimizer(module, TrainConfig())
+    assert optimizer.defaults["fused"] and optimizer.defaults["betas"] == (0.9, 0.98)
+    expected, m, v = param.detach().clone(), torch.zeros(7, 5), torch.zeros(7, 5)
+    for step in range(1, 6):
+        grad = torch.randn(7, 5)
+        lr = 1e-3 * step
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        param.grad = grad.clone()
+        optimizer.step()
+        m = 0.9 * m + 0.1 * grad
+        v = 0.98 * v + 0.02 * grad * grad
+        m_hat, v_hat = m / (1 - 0.9**step), v / (1 - 0.98**step)
+        expected -= lr * m_hat / (v_hat.sqrt() + 1e-9)
+        torch.testing.assert_close(param.detach(), expected, atol=1e-6, rtol=1e-5)
