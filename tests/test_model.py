@@ -9,6 +9,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from conftest import random_batch, tiny_config, tiny_model
 from transformer_mt import Transformer, load_config
 from transformer_mt.attention import padding_mask
+from transformer_mt.config import TrainConfig
 from transformer_mt.model import (
     DecoderLayer,
     Dropout,
@@ -17,6 +18,7 @@ from transformer_mt.model import (
     sinusoidal_positions,
 )
 from transformer_mt.model_stats import count_parameters, forward_flops_per_token, model_stats
+from transformer_mt.train import make_optimizer
 
 
 def copy_attention(ours, ref: nn.MultiheadAttention):
@@ -205,23 +207,36 @@ def test_three_way_tying_and_untying():
     assert total[1] - total[0] == total[2] - total[1] == 50 * 32
 
 
+def fused_adam_update(model: Transformer) -> None:
+    """One update by the trainer's optimizer (fused Adam: it does not bump the parameters'
+    version counters)."""
+    optimizer = make_optimizer(model, TrainConfig())
+    for p in model.parameters():
+        p.grad = torch.randn_like(p)
+    optimizer.step()
+
+
 @pytest.mark.parametrize("bf16", [False, True])
 def test_pre_softmax_copy_for_decoding_equals_the_linear_and_follows_weight_updates(bf16):
     model = tiny_model(seed=2).eval()
-    x = torch.randn(3, 2, model.cfg.d_model)
+    src_BS = random_batch(seed=2, batch=3, length=7)
+    bos_B1 = torch.full((3, 1), model.cfg.bos_id)
     dtype = torch.bfloat16 if bf16 else torch.float32
-    for _ in range(2):  # the second round: after an in-place update of the tied weight
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            want = model.generator(x)
-            with torch.inference_mode():
-                got = model.pre_softmax(x)
-        assert got.dtype == want.dtype == dtype
+    updates = [lambda: model.tgt_embed.tokens.weight.data.mul_(-2.0),
+               lambda: fused_adam_update(model), lambda: None]
+    for update in updates:  # each round decodes after the previous round's update
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16), torch.inference_mode():
+            memory = model.encode(src_BS)
+            cache = model.new_cache(memory)
+            got = model.decode(bos_B1, memory, cache)
+            want = nn.functional.linear(model.decode(bos_B1, memory, project=False),
+                                        model.generator.weight)
+        assert cache.pre_softmax_DV is not None and got.dtype == want.dtype == dtype
         torch.testing.assert_close(got, want, atol=1e-2 if bf16 else 1e-5, rtol=1e-2 if bf16
                                    else 1e-5)
-        with torch.no_grad():
-            model.tgt_embed.tokens.weight.mul_(-2.0)
+        update()
     # with autograd it is the layer itself, and the gradient reaches the (tied) weight
-    model.pre_softmax(x).sum().backward()
+    model.pre_softmax(torch.randn(3, 2, model.cfg.d_model)).sum().backward()
     assert model.generator.weight.grad is not None
 
 

@@ -255,8 +255,11 @@ class DecoderCache:
     per source; only the self-attention caches move when hypotheses do."""
 
     def __init__(self, cross_kvs: list[tuple[Tensor, Tensor]], cross_mask: Tensor, n_layers: int,
-                 beams: int = 1, kv_dtype: torch.dtype | None = None):
-        """kv_dtype: keep every key and value (cross and self) in that dtype."""
+                 beams: int = 1, kv_dtype: torch.dtype | None = None,
+                 pre_softmax_DV: Tensor | None = None):
+        """kv_dtype: keep every key and value (cross and self) in that dtype. pre_softmax_DV:
+        the pre-softmax weight transposed (see Transformer.pre_softmax), or None."""
+        self.pre_softmax_DV = pre_softmax_DV
         self.cross_kvs = cross_kvs if kv_dtype is None else \
             [(k.to(kv_dtype), v.to(kv_dtype)) for k, v in cross_kvs]
         self.cross_mask = cross_mask
@@ -304,8 +307,6 @@ class Transformer(nn.Module):
         self.init_weights()
         if cfg.weight_tying != "none":
             self.generator.weight = tgt_tokens.weight
-        self._pre_softmax_DV: Tensor | None = None  # decoding's copy of W^T, see pre_softmax
-        self._pre_softmax_key: tuple | None = None
 
     def init_weights(self) -> None:
         """The paper does not state an initialisation. Like tensor2tensor and fairseq: Glorot
@@ -338,9 +339,14 @@ class Transformer(nn.Module):
                   kv_dtype: torch.dtype | None = None) -> DecoderCache:
         """An empty decoding cache for `memory`, for `beams` target rows per source (rows
         b * beams .. b * beams + beams - 1 continue source b); projects the cross-attention
-        keys/values once. kv_dtype: keep keys and values in it (attention then runs in it)."""
+        keys/values once and, without autograd, copies the pre-softmax weight transposed
+        (`pre_softmax`). kv_dtype: keep keys and values in it (attention then runs in it)."""
+        weight_DV = None
+        if not torch.is_grad_enabled() and isinstance(self.generator, nn.Linear):
+            dtype = matmul_dtype(memory.states_BSD)
+            weight_DV = self.generator.weight.detach().t().to(dtype).contiguous()
         return DecoderCache(self.cross_kvs(memory), padding_mask(memory.src_is_pad_BS),
-                            len(self.decoder.layers), beams, kv_dtype)
+                            len(self.decoder.layers), beams, kv_dtype, weight_DV)
 
     def decode(self, tgt_BT: Tensor, memory: Memory, cache: DecoderCache | None = None, *,
                project: bool = True) -> Tensor:
@@ -364,22 +370,18 @@ class Transformer(nn.Module):
         )
         if not project:
             return x_BTD
-        return self.pre_softmax(x_BTD)  # (B, T, V); the softmax is in the loss / the search
+        # (B, T, V); the softmax is in the loss / the search
+        return self.pre_softmax(x_BTD, None if cache is None else cache.pre_softmax_DV)
 
-    def pre_softmax(self, x_BTD: Tensor) -> Tensor:
-        """The pre-softmax linear (§3.4). Without autograd (decoding) it multiplies by a
-        contiguous transposed copy of its weight, made once per weight version and dtype:
-        x @ W^T then reads W^T row by row (greedy decoding 1.09x, beam 1.035x faster on the
-        2-core CPU). An int8 copy's quantised layer (not an nn.Linear) runs as it is."""
-        if torch.is_grad_enabled() or not isinstance(self.generator, nn.Linear):
+    def pre_softmax(self, x_BTD: Tensor, weight_DV: Tensor | None = None) -> Tensor:
+        """The pre-softmax linear (§3.4). Incremental decoding passes its cache's contiguous
+        transposed copy of the weight, made once a batch by new_cache: x @ W^T then reads W^T
+        row by row (greedy decoding 1.09x, beam 1.035x faster on the 2-core CPU). The copy
+        lives no longer than its batch: a copy kept on the model went stale after updates by
+        fused Adam, which does not bump the weight's version counter."""
+        if weight_DV is None:  # autograd, no cache, or an int8 copy's quantised layer
             return self.generator(x_BTD)
-        weight = self.generator.weight
-        dtype = matmul_dtype(x_BTD)
-        key = (weight.data_ptr(), weight._version, dtype)
-        if self._pre_softmax_key != key:
-            self._pre_softmax_DV = weight.detach().t().to(dtype).contiguous()
-            self._pre_softmax_key = key
-        return x_BTD.to(dtype) @ self._pre_softmax_DV
+        return x_BTD.to(weight_DV.dtype) @ weight_DV
 
     def forward(self, src_BS: Tensor, tgt_BT: Tensor, *, project: bool = True) -> Tensor:
         """Teacher forcing: source (B, S) and shifted target (B, T) -> logits (B, T, V); with
