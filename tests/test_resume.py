@@ -15,7 +15,7 @@ from transformer_mt.config import load_config
 from transformer_mt.data import ParallelData, token_batches
 from transformer_mt.model import Transformer
 from transformer_mt.model_io import ModelLoadError
-from transformer_mt.train import STATE_KEYS, ResumeError, resume, train
+from transformer_mt.train import STATE_KEYS, ResumeError, learning_rate, resume, train
 from transformer_mt.translator import Translator
 
 OVERRIDES = ["train.max_tokens=800", "train.warmup_steps=20", "train.log_every=1",
@@ -191,6 +191,54 @@ def test_max_epochs_stops_at_the_epoch_boundary(prepared_multi30k, tmp_path, mon
                                    epoch=epoch)) for epoch in range(2)]
     assert len(recorder.batches) == state["step"] == sum(per_epoch)
     assert (state["epoch"], state["batch_in_epoch"]) == (2, 0)
+
+
+class FakeClock:
+    """train.py's `time`: each reading of the monotonic clock advances it by `tick` seconds, so
+    a run's pace, and the step at which a timed cooldown is planned, do not depend on the
+    machine."""
+
+    def __init__(self, tick: float):
+        self.now, self.tick = 0.0, tick
+
+    def monotonic(self) -> float:
+        self.now += self.tick
+        return self.now
+
+
+def weights_sha256(run_dir) -> str:
+    return sha256(checkpoint_dirs(run_dir)[-1] / ck.WEIGHTS_FILE)
+
+
+def test_a_timed_cooldown_ends_the_run_on_its_last_step_and_resumes_exactly(
+        prepared_multi30k, tmp_path, monkeypatch):
+    # one (fake) minute of training; when half a minute is left the rate starts falling
+    # linearly over the steps that the pace so far fits in, and the run ends on the last one
+    timed = ("train.max_minutes=1", "train.lr_cooldown_minutes=0.5")
+    monkeypatch.setattr("transformer_mt.train.time", FakeClock(0.25))
+    cfg = config(100_000, *timed)
+    state = train(cfg, data_dir=prepared_multi30k, run_dir=tmp_path / "run")
+    first, last = state["cooldown"]
+    assert 1 < first < last == state["step"] and state["train_seconds"] <= 60
+    logged = {row["step"]: row["lr"] for row in map(json.loads,
+              (tmp_path / "run" / "metrics.jsonl").read_text().splitlines())
+              if row["kind"] == "train"}
+    assert sorted(logged) == list(range(1, last + 1))
+    for step, lr in logged.items():  # eq. (3) until `first`, then the linear fall
+        assert lr == pytest.approx(learning_rate(step, cfg.train, cfg.model.d_model,
+                                                 (first, last)))
+    assert logged[last] == pytest.approx(logged[first] * first**0.5 / last**0.5
+                                         / (last - first + 1))
+    # stopped two steps into the cooldown (on max_steps), then resumed: the cooldown comes from
+    # the checkpoint, and the run ends with the same weights
+    monkeypatch.setattr("transformer_mt.train.time", FakeClock(0.25))
+    stopped = train(config(first + 2, *timed), data_dir=prepared_multi30k,
+                    run_dir=tmp_path / "again")
+    assert stopped["step"] == first + 2 and stopped["cooldown"] == [first, last]
+    monkeypatch.setattr("transformer_mt.train.time", FakeClock(0.25))
+    resumed = train(cfg, data_dir=prepared_multi30k, run_dir=tmp_path / "again")
+    assert resumed["step"] == last
+    assert weights_sha256(tmp_path / "again") == weights_sha256(tmp_path / "run")
 
 
 def test_a_run_stopped_before_its_cooldown_ends_says_so(prepared_multi30k, tmp_path, caplog):

@@ -7,7 +7,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from transformer_mt.config import TrainConfig
-from transformer_mt.train import label_smoothed_nll, learning_rate, make_optimizer, noam_lr
+from transformer_mt.train import (
+    cooldown_steps,
+    label_smoothed_nll,
+    learning_rate,
+    make_optimizer,
+    noam_lr,
+    plan_cooldown,
+)
 
 
 def test_noam_schedule_values():
@@ -22,21 +29,43 @@ def test_noam_schedule_values():
 
 def test_cooldown_falls_linearly_to_the_last_step_and_is_off_by_default():
     tcfg = TrainConfig(max_steps=1000, warmup_steps=100, lr_scale=2.0, lr_cooldown_steps=200)
+    cooldown = cooldown_steps(tcfg, {})
+    assert cooldown == (801, 1000)
+    assert cooldown_steps(TrainConfig(max_steps=1000), {}) is None
     def noam(s):
         return noam_lr(s, d_model=128, warmup_steps=100, scale=2.0)
     for step in (1, 100, 500, 800):  # eq. (3) untouched before the cooldown
+        assert learning_rate(step, tcfg, 128, cooldown) == noam(step)
         assert learning_rate(step, tcfg, 128) == noam(step)
-        assert learning_rate(step, TrainConfig(max_steps=1000, warmup_steps=100, lr_scale=2.0),
-                             128) == noam(step)
-    assert learning_rate(801, tcfg, 128) == pytest.approx(noam(801) * 200 / 200)
-    assert learning_rate(900, tcfg, 128) == pytest.approx(noam(900) * 101 / 200)
-    assert learning_rate(1000, tcfg, 128) == pytest.approx(noam(1000) / 200)
-    rates = [learning_rate(s, tcfg, 128) for s in range(801, 1001)]
+    assert learning_rate(801, tcfg, 128, cooldown) == pytest.approx(noam(801) * 200 / 200)
+    assert learning_rate(900, tcfg, 128, cooldown) == pytest.approx(noam(900) * 101 / 200)
+    assert learning_rate(1000, tcfg, 128, cooldown) == pytest.approx(noam(1000) / 200)
+    rates = [learning_rate(s, tcfg, 128, cooldown) for s in range(801, 1001)]
     assert all(b < a for a, b in zip(rates, rates[1:], strict=False)) and rates[-1] > 0
     for bad in ({"lr_cooldown_steps": 1001}, {"lr_cooldown_steps": -1},
                 {"lr_cooldown_steps": 10, "max_steps": 0, "max_minutes": 5.0}):
         with pytest.raises(ValueError, match="lr_cooldown_steps"):
             TrainConfig(**({"max_steps": 1000} | bad))
+
+
+def test_timed_cooldown_is_planned_from_the_pace_when_its_minutes_are_left():
+    tcfg = TrainConfig(max_minutes=90.0, lr_cooldown_minutes=20.0)
+    def state(step, minutes, cooldown=None):
+        return {"step": step, "train_seconds": 60.0 * minutes, "cooldown": cooldown}
+    assert plan_cooldown(tcfg, state(6000, 69.9)) is None  # 20.1 minutes left
+    # 0.7 s a step so far; 20 minutes left, 97 % of them: 1,662 steps (1662.9 rounded down)
+    assert plan_cooldown(tcfg, state(6000, 70.0)) == [6001, 6000 + 1662]
+    assert plan_cooldown(tcfg, state(6000, 89.9)) == [6001, 6006]  # 6.5 steps at 0.9 s
+    assert plan_cooldown(tcfg, state(6000, 90.0)) == [6001, 6001]  # at least one step
+    assert plan_cooldown(tcfg, state(6100, 71.0, cooldown=[6001, 7662])) is None  # once
+    assert cooldown_steps(tcfg, state(6100, 71.0, cooldown=[6001, 7662])) == (6001, 7662)
+    assert cooldown_steps(tcfg, {"step": 10}) is None  # a checkpoint older than the option
+    assert plan_cooldown(TrainConfig(max_minutes=90.0), state(6000, 89.0)) is None
+    for bad in ({"lr_cooldown_minutes": 90.0}, {"lr_cooldown_minutes": -1.0},
+                {"lr_cooldown_minutes": 5.0, "max_minutes": 0.0},
+                {"lr_cooldown_minutes": 5.0, "lr_cooldown_steps": 10}):
+        with pytest.raises(ValueError, match="lr_cooldown_minutes"):
+            TrainConfig(**({"max_minutes": 90.0} | bad))
 
 
 @settings(max_examples=40, deadline=None)

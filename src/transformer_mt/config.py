@@ -167,6 +167,10 @@ class TrainConfig:
     # Not in the paper: over the last lr_cooldown_steps of max_steps the rate falls linearly
     # towards 0 (a cooldown, for runs on a fixed step budget); 0: eq. (3) to the end.
     lr_cooldown_steps: int = 0
+    # Not in the paper: the same fall for a run on a wall-time budget (train.max_minutes): when
+    # lr_cooldown_minutes are left, the steps that the run's mean pace so far fits into 97 % of
+    # them become the cooldown, and the run ends with its last step; 0: off.
+    lr_cooldown_minutes: float = 0.0
     label_smoothing: float = 0.1  # §5.4
     # Not in the paper: BPE-dropout (Provilkov et al., 2020), the training text segmented anew
     # each epoch with each merge skipped at this probability (0.1 in their paper); 0: off.
@@ -206,6 +210,13 @@ class TrainConfig:
             raise ValueError("train.lr_cooldown_steps must be in [0, train.max_steps] (the "
                              f"cooldown ends at max_steps), got {self.lr_cooldown_steps} with "
                              f"max_steps {self.max_steps}")
+        if self.lr_cooldown_minutes and not 0 < self.lr_cooldown_minutes < self.max_minutes:
+            raise ValueError("train.lr_cooldown_minutes must be in [0, train.max_minutes) (the "
+                             "cooldown ends with the time budget), got "
+                             f"{self.lr_cooldown_minutes} with max_minutes {self.max_minutes}")
+        if self.lr_cooldown_minutes and self.lr_cooldown_steps:
+            raise ValueError("train.lr_cooldown_steps and train.lr_cooldown_minutes are "
+                             "exclusive: a cooldown ends either at max_steps or with max_minutes")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -63,11 +63,6 @@ def all_sum(values: list[float], world: World, device: torch.device) -> list[flo
     return tensor.tolist()
 
 
-def any_rank(flags: list[bool], world: World, device: torch.device) -> list[bool]:
-    """Element-wise OR over the ranks: decisions (stop, save) that every rank must share."""
-    return [v > 0 for v in all_sum([float(f) for f in flags], world, device)]
-
-
 def gather_rng(world: World, device: torch.device) -> dict[str, torch.Tensor]:
     """Every rank's torch generator state as "rng.torch.rank<r>" (rank 0's is saved anyway)."""
     if world.size == 1:

@@ -30,7 +30,7 @@ from .checkpoint import (
 )
 from .config import Config, TrainConfig, config_to_dict
 from .data import VOCAB_FILE, ParallelData, load_meta, load_vocab, token_batches
-from .distributed import World, all_sum, any_rank, gather_rng, init_world, shutdown
+from .distributed import World, all_sum, gather_rng, init_world, shutdown
 from .evaluate import sacrebleu_scores
 from .metrics import MetricsLog, plot_curves, resident_mib
 from .model import Transformer, matmul_dtype
@@ -45,14 +45,39 @@ def noam_lr(step: int, *, d_model: int, warmup_steps: int, scale: float = 1.0) -
     return scale * d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
 
 
-def learning_rate(step: int, tcfg: TrainConfig, d_model: int) -> float:
-    """The rate of update `step` (from 1): eq. (3) times train.lr_scale; with
-    train.lr_cooldown_steps = C, times min(1, (max_steps - step + 1) / C), falling linearly over
-    the last C steps to 1/C of eq. (3) at max_steps."""
+def learning_rate(step: int, tcfg: TrainConfig, d_model: int,
+                  cooldown: tuple[int, int] | None = None) -> float:
+    """The rate of update `step` (from 1): eq. (3) times train.lr_scale; over a cooldown
+    (first, last) (`cooldown_steps`), times min(1, (last - step + 1) / (last - first + 1)),
+    falling linearly to 1/(last - first + 1) of eq. (3) at its last step."""
     lr = noam_lr(step, d_model=d_model, warmup_steps=tcfg.warmup_steps, scale=tcfg.lr_scale)
-    if tcfg.lr_cooldown_steps:
-        lr *= min(1.0, (tcfg.max_steps - step + 1) / tcfg.lr_cooldown_steps)
+    if cooldown is not None:
+        first, last = cooldown
+        lr *= min(1.0, (last - step + 1) / (last - first + 1))
     return lr
+
+
+def cooldown_steps(tcfg: TrainConfig, state: dict) -> tuple[int, int] | None:
+    """The first and last step of the rate's cooldown, if any: the last
+    train.lr_cooldown_steps of train.max_steps, or the steps `plan_cooldown` chose when
+    train.lr_cooldown_minutes were left of train.max_minutes (kept in the run's state)."""
+    if tcfg.lr_cooldown_steps:
+        return tcfg.max_steps - tcfg.lr_cooldown_steps + 1, tcfg.max_steps
+    planned = state.get("cooldown")  # absent from checkpoints older than the option
+    return (planned[0], planned[1]) if planned else None
+
+
+def plan_cooldown(tcfg: TrainConfig, state: dict) -> list[int] | None:
+    """With train.lr_cooldown_minutes, once no more than that is left of train.max_minutes:
+    the cooldown's [first, last] step, as many steps as the run's mean pace so far (train
+    seconds per step, validations and saves included) fits into 97 % of the time left, so that
+    it ends before the budget does. None before then, or once planned."""
+    left = 60 * tcfg.max_minutes - state["train_seconds"]
+    if not tcfg.lr_cooldown_minutes or state.get("cooldown") or not state["step"] \
+            or left > 60 * tcfg.lr_cooldown_minutes:
+        return None
+    pace = state["train_seconds"] / state["step"]
+    return [state["step"] + 1, state["step"] + max(1, int(0.97 * left / pace))]
 
 
 def label_smoothed_nll(x_ND: Tensor, weight_VD: Tensor, target_N: Tensor, *, eps: float,
@@ -280,7 +305,7 @@ def new_state(cfg: Config, meta: dict, world: World) -> dict:
             "shuffle_seed": cfg.train.seed, "best_score": None, "best_step": None,
             "bad_validations": 0, "nonfinite_steps": 0, "nonfinite_in_a_row": 0,
             "grad_scaler": {}, "world_size": world.size, "train_seconds": 0.0,
-            "fingerprint": fingerprint(cfg, meta)}
+            "cooldown": None, "fingerprint": fingerprint(cfg, meta)}
 
 
 def resume(path: Path, model: Transformer, optimizer: torch.optim.Optimizer,
@@ -455,18 +480,22 @@ def _train(cfg: Config, data_dir: Path, run_dir: Path, ignore_mismatch: bool, wo
         return tcfg.patience > 0 and state["bad_validations"] >= tcfg.patience
 
     def out_of_budget() -> bool:
+        cooldown = cooldown_steps(tcfg, state)
         return (tcfg.max_steps > 0 and state["step"] >= tcfg.max_steps) or \
-            (tcfg.max_epochs > 0 and state["epoch"] >= tcfg.max_epochs)
+            (tcfg.max_epochs > 0 and state["epoch"] >= tcfg.max_epochs) or \
+            (cooldown is not None and state["step"] >= cooldown[1])
 
-    def stop_and_save_due() -> tuple[bool, bool]:
-        """Clock- and validation-based decisions, agreed by all ranks."""
+    def stop_and_save_due() -> tuple[bool, bool, float]:
+        """Clock- and validation-based decisions and the train seconds (the ranks' mean),
+        agreed by all ranks."""
         now = time.monotonic()
-        out_of_time = bool(tcfg.max_minutes) and \
-            seconds_before + now - started >= 60 * tcfg.max_minutes
+        seconds = seconds_before + now - started
+        out_of_time = bool(tcfg.max_minutes) and seconds >= 60 * tcfg.max_minutes
         minutes_due = bool(tcfg.save_every_minutes) and \
             now - last_save >= 60 * tcfg.save_every_minutes
-        stop, due = any_rank([out_of_time or out_of_patience(), minutes_due], world, device)
-        return stop, due
+        stop, due, seconds_sum = all_sum(
+            [float(out_of_time or out_of_patience()), float(minutes_due), seconds], world, device)
+        return stop > 0, due > 0, seconds_sum / world.size
 
     stop = out_of_budget() or stop_and_save_due()[0]
     while not stop:
@@ -480,7 +509,8 @@ def _train(cfg: Config, data_dir: Path, run_dir: Path, ignore_mismatch: bool, wo
         while state["batch_in_epoch"] < len(batches) and not stop:
             first = state["batch_in_epoch"]
             group = batches[first : first + tcfg.accumulate * world.size]
-            lr = learning_rate(state["step"] + 1, tcfg, cfg.model.d_model)
+            lr = learning_rate(state["step"] + 1, tcfg, cfg.model.d_model,
+                               cooldown_steps(tcfg, state))
             for param_group in optimizer.param_groups:
                 param_group["lr"] = lr
             n_target = int(sum(epoch_data.tgt_lengths[b].sum() for b in group))
@@ -544,7 +574,13 @@ def _train(cfg: Config, data_dir: Path, run_dir: Path, ignore_mismatch: bool, wo
                     "train.clip_norm, or use bf16 instead of fp16.")
             if state["step"] % tcfg.valid_every == 0:
                 run_validation()
-            stop_now, minutes_due = stop_and_save_due()
+            stop_now, minutes_due, seconds = stop_and_save_due()
+            if planned := plan_cooldown(tcfg, state | {"train_seconds": seconds}):
+                state["cooldown"] = planned
+                if world.is_main:
+                    log.info("%.1f minutes left of train.max_minutes: the learning rate falls "
+                             "linearly over steps %d-%d, the last of this run",
+                             tcfg.max_minutes - seconds / 60, *planned)
             if state["step"] % tcfg.save_every == 0 or minutes_due:
                 save()
                 last_save = time.monotonic()
@@ -557,11 +593,17 @@ def _train(cfg: Config, data_dir: Path, run_dir: Path, ignore_mismatch: bool, wo
     if out_of_patience():
         log.info("stopping: no better validation score for %d validations (best at step %s)",
                  tcfg.patience, state["best_step"])
-    if tcfg.lr_cooldown_steps and state["step"] < tcfg.max_steps:
-        log.warning("stopped at step %d of train.max_steps=%d: the learning rate's cooldown "
-                    "(the last %d steps) has not finished; run train again on this run directory "
-                    "to finish it, or lower train.max_steps to fit the time budget",
-                    state["step"], tcfg.max_steps, tcfg.lr_cooldown_steps)
+    cooldown = cooldown_steps(tcfg, state)
+    if cooldown is not None and state["step"] < cooldown[1]:
+        budget, advice = (
+            (f"train.max_steps={tcfg.max_steps}", "run train again on this run directory to "
+             "finish it, or lower train.max_steps to fit the time budget")
+            if tcfg.lr_cooldown_steps else
+            (f"train.max_minutes={tcfg.max_minutes:g}", "the steps ran slower than before it; "
+             "run train again on this run directory with a larger train.max_minutes to finish "
+             "it"))
+        log.warning("stopped at step %d of %s: the learning rate's cooldown (steps %d-%d) has "
+                    "not finished; %s", state["step"], budget, *cooldown, advice)
     state["train_seconds"] = seconds_before + time.monotonic() - started
     if saved_step != state["step"]:
         if state["step"] % tcfg.valid_every:
