@@ -595,13 +595,14 @@ def _train(cfg: Config, data_dir: Path, run_dir: Path, ignore_mismatch: bool, wo
                  tcfg.patience, state["best_step"])
     cooldown = cooldown_steps(tcfg, state)
     if cooldown is not None and state["step"] < cooldown[1]:
-        budget, advice = (
-            (f"train.max_steps={tcfg.max_steps}", "run train again on this run directory to "
-             "finish it, or lower train.max_steps to fit the time budget")
-            if tcfg.lr_cooldown_steps else
-            (f"train.max_minutes={tcfg.max_minutes:g}", "the steps ran slower than before it; "
-             "run train again on this run directory with a larger train.max_minutes to finish "
-             "it"))
+        if tcfg.lr_cooldown_steps:
+            budget = f"train.max_steps={tcfg.max_steps}"
+            advice = "run train again on this run directory to finish it, or lower " \
+                "train.max_steps to fit the time budget"
+        else:
+            budget = f"train.max_minutes={tcfg.max_minutes:g}"
+            advice = "the steps ran slower than before it; run train again on this run " \
+                "directory with a larger train.max_minutes to finish it"
         log.warning("stopped at step %d of %s: the learning rate's cooldown (steps %d-%d) has "
                     "not finished; %s", state["step"], budget, *cooldown, advice)
     state["train_seconds"] = seconds_before + time.monotonic() - started
