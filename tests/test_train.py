@@ -177,6 +177,93 @@ def test_training_step_gradients_equal_the_unfused_model_and_loss():
         torch.testing.assert_close(p.grad, q.grad, atol=1e-6, rtol=1e-4, msg=name)
 
 
+def rdrop_reference(logits_NV, target_N, *, eps, alpha, pad_id=0):
+    """R-Drop written with PyTorch's losses: label-smoothed cross-entropy of both passes (the
+    second N/2 rows) plus alpha/2 (KL(P1 || P2) + KL(P2 || P1)) per non-pad pair of rows."""
+    first, second = logits_NV.log_softmax(-1).chunk(2)
+    keep = target_N.chunk(2)[0].ne(pad_id)
+    kl = F.kl_div(second, first, log_target=True, reduction="none").sum(-1) \
+        + F.kl_div(first, second, log_target=True, reduction="none").sum(-1)
+    return F.cross_entropy(logits_NV, target_N, label_smoothing=eps, ignore_index=pad_id,
+                           reduction="sum") + alpha / 2 * kl[keep].sum()
+
+
+@settings(max_examples=30, deadline=None)
+@given(eps=st.floats(0.0, 0.3), alpha=st.floats(0.1, 10.0), seed=st.integers(0, 2**16))
+def test_rdrop_loss_and_gradients_match_autograd_of_pytorch(eps, alpha, seed):
+    # two passes of 8 rows, the second after the first, padding in the same places
+    g = torch.Generator().manual_seed(seed)
+    x, weight = torch.randn(16, 12, generator=g), torch.randn(37, 12, generator=g)
+    target = torch.randint(1, 37, (8,), generator=g).repeat(2)
+    target[[0, 8]] = 0
+    ours = [t.clone().requires_grad_() for t in (x, weight)]
+    ref = [t.double().requires_grad_() for t in (x, weight)]  # fp32 sums cancel: float64
+    loss, nll, n = label_smoothed_nll(*ours, target, eps=eps, pad_id=0, rdrop=alpha)
+    expected = rdrop_reference(ref[0] @ ref[1].t(), target, eps=eps, alpha=alpha)
+    (2.5 * loss).backward()
+    (2.5 * expected).backward()
+    torch.testing.assert_close(loss.double(), expected, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(nll, F.cross_entropy(x @ weight.t(), target, ignore_index=0,
+                                                    reduction="sum"))
+    assert n == 14
+    assert ours[0].grad[[0, 8]].eq(0).all()
+    for got, want in zip((t.grad for t in ours), (t.grad for t in ref), strict=True):
+        torch.testing.assert_close(got.double(), want, rtol=1e-5,
+                                   atol=1e-6 * float(want.abs().max()))
+
+
+def test_rdrop_pairs_the_rows_of_both_passes_across_row_blocks():
+    # a vocabulary of 2^21 + 1 makes blocks of one row pair on CPU in fp32: 4 pairs, 4 blocks;
+    # float64 reference as in the label-smoothing test above
+    g = torch.Generator().manual_seed(1)
+    x, weight = torch.randn(8, 4, generator=g), torch.randn(2**21 + 1, 4, generator=g)
+    target = torch.randint(1, 2**21 + 1, (4,), generator=g).repeat(2)
+    ours = [t.clone().requires_grad_() for t in (x, weight)]
+    ref = [t.double().requires_grad_() for t in (x, weight)]
+    loss, _, _ = label_smoothed_nll(*ours, target, eps=0.1, pad_id=0, rdrop=5.0)
+    expected = rdrop_reference(ref[0] @ ref[1].t(), target, eps=0.1, alpha=5.0)
+    loss.backward()
+    expected.backward()
+    # the KL sums 2M fp32 terms: 1e-5 off float64 (a wrong pairing would be far off)
+    torch.testing.assert_close(loss.double(), expected, rtol=1e-4, atol=0)
+    for got, want in zip((t.grad for t in ours), (t.grad for t in ref), strict=True):
+        torch.testing.assert_close(got.double(), want, atol=3e-2, rtol=1e-3)
+
+
+def test_rdrop_training_step_runs_each_batch_twice_under_independent_dropout():
+    # forward_backward with rdrop against the model run by hand on the doubled batch with the
+    # same dropout draws: the gradients of every parameter and the per-pass loss agree, and
+    # without dropout the KL term vanishes, leaving the plain step's gradients
+    from conftest import random_batch, tiny_model
+    from transformer_mt.train import forward_backward
+
+    src = random_batch(0, 3, 6, lengths=[6, 4, 5])
+    tgt_out = random_batch(1, 3, 7, lengths=[7, 3, 5])
+    tgt_in = torch.cat([torch.full((3, 1), 2), tgt_out[:, :-1]], dim=1)
+    n_target = int(tgt_out.ne(0).sum())
+    ours, ref = tiny_model(dropout=0.3).train(), tiny_model(dropout=0.3).train()
+    torch.manual_seed(7)
+    loss, nll = forward_backward(ours, [(src, tgt_in, tgt_out)], scale=1 / n_target, eps=0.1,
+                                 pad_id=0, rdrop=5.0)
+    torch.manual_seed(7)
+    logits = ref(src.repeat(2, 1), tgt_in.repeat(2, 1))
+    expected = rdrop_reference(logits.flatten(0, 1), tgt_out.repeat(2, 1).flatten(), eps=0.1,
+                               alpha=5.0)
+    (expected / (2 * n_target)).backward()
+    assert loss == pytest.approx(float(expected) / 2, rel=1e-5)
+    first, second = logits.detach().chunk(2)
+    assert not torch.allclose(first, second)  # the two passes drew different dropout masks
+    for (name, p), q in zip(ours.named_parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-6, rtol=1e-4, msg=name)
+
+    plain, rdrop = tiny_model(), tiny_model()
+    forward_backward(plain, [(src, tgt_in, tgt_out)], scale=1 / n_target, eps=0.1, pad_id=0)
+    forward_backward(rdrop, [(src, tgt_in, tgt_out)], scale=1 / n_target, eps=0.1, pad_id=0,
+                     rdrop=5.0)
+    for (name, p), q in zip(plain.named_parameters(), rdrop.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, atol=1e-6, rtol=1e-4, msg=name)
+
+
 def test_label_smoothing_minimum_is_the_smoothed_distribution():
     # the loss is smallest when the model predicts 1 - eps + eps/V on the target
     V, eps = 5, 0.1

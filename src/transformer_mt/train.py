@@ -81,13 +81,17 @@ def plan_cooldown(tcfg: TrainConfig, state: dict) -> list[int] | None:
 
 
 def label_smoothed_nll(x_ND: Tensor, weight_VD: Tensor, target_N: Tensor, *, eps: float,
-                       pad_id: int) -> tuple[Tensor, Tensor, int]:
+                       pad_id: int, rdrop: float = 0.0) -> tuple[Tensor, Tensor, int]:
     """Label-smoothed cross-entropy (§5.4, Szegedy et al.) of the logits x W^T of the
     pre-softmax linear: the target distribution puts 1 - eps on the reference token and eps
     spread uniformly over the vocabulary. Returns (smoothed loss summed over non-pad targets,
-    their NLL sum, their count)."""
+    their NLL sum, their count).
+
+    With rdrop = alpha > 0 (R-Drop, Liang et al., 2021; not in the paper) the rows are two
+    passes of one batch under independent dropout, the second pass's N/2 rows after the
+    first's, and the loss adds alpha/2 (KL(P1 || P2) + KL(P2 || P1)) for each pair of rows."""
     keep_N = target_N.ne(pad_id)
-    loss, nll = ProjectedLabelSmoothedNLL.apply(x_ND, weight_VD, target_N, keep_N, eps)
+    loss, nll = ProjectedLabelSmoothedNLL.apply(x_ND, weight_VD, target_N, keep_N, eps, rdrop)
     return loss, nll, int(keep_N.sum())
 
 
@@ -102,36 +106,58 @@ class ProjectedLabelSmoothedNLL(torch.autograd.Function):
     Transformer-tiny step on the 2-core CPU, where the block-wise loss took 8 %). The gradients
     are made in the forward pass and scaled by the incoming gradient in the backward one. The
     matmuls run in the autocast dtype when autocast is on, the softmax in fp32. The NLL (for
-    perplexity) carries no gradient."""
+    perplexity) carries no gradient.
+
+    R-Drop's term alpha/2 D, D = KL(P || Q) + KL(Q || P) = sum_v (p_v - q_v)(log p_v - log q_v)
+    for the logits a and b of a pair of rows, has dD/da = p (log p - log q - KL(P || Q)) + p - q
+    and dD/db = q (log q - log p - KL(Q || P)) + q - p; both rows of a pair are in one block."""
 
     @staticmethod
     def forward(ctx, x_ND: Tensor, weight_VD: Tensor, target_N: Tensor, keep_N: Tensor,
-                eps: float):
+                eps: float, rdrop: float):
         device, dtype = x_ND.device.type, matmul_dtype(x_ND)
         want_x, want_w = ctx.needs_input_grad[:2]
         x, w = x_ND.to(dtype), weight_VD.to(dtype)
         V = w.size(0)
+        passes = 2 if rdrop else 1
+        M = len(x) // passes  # the rows of one pass
         nll_N = x_ND.new_empty(len(target_N), dtype=torch.float32)
         loss_N = torch.empty_like(nll_N)
         grad_x = torch.empty_like(x_ND) if want_x else None
         grad_w = torch.zeros_like(weight_VD, dtype=torch.float32) if want_w else None
         with torch.autocast(device, enabled=False):  # the dtypes are chosen above
-            for rows in row_blocks(len(x), V, dtype, device):
-                logp_RV = torch.log_softmax(x[rows] @ w.t(), dim=-1, dtype=torch.float32)
-                target_R1 = target_N[rows, None]
-                nll_R = -logp_RV.gather(1, target_R1).squeeze(1)
-                nll_N[rows], loss_N[rows] = nll_R, (1.0 - eps) * nll_R - eps * logp_RV.mean(-1)
+            for block in row_blocks(M, passes * V, dtype, device):
+                rows = [slice(block.start + k * M, block.stop + k * M) for k in range(passes)]
+                logps_RV = [torch.log_softmax(x[r] @ w.t(), dim=-1, dtype=torch.float32)
+                            for r in rows]
+                for r, logp_RV in zip(rows, logps_RV, strict=True):
+                    nll_R = -logp_RV.gather(1, target_N[r, None]).squeeze(1)
+                    nll_N[r], loss_N[r] = nll_R, (1.0 - eps) * nll_R - eps * logp_RV.mean(-1)
+                if rdrop:
+                    diff_RV = logps_RV[0] - logps_RV[1]
+                    p_RV, q_RV = logps_RV[0].exp(), logps_RV[1].exp()
+                    kl_pq_R1 = (p_RV * diff_RV).sum(-1, keepdim=True)
+                    kl_qp_R1 = -(q_RV * diff_RV).sum(-1, keepdim=True)
+                    loss_N[rows[0]] += rdrop / 2 * (kl_pq_R1 + kl_qp_R1).squeeze(1)
                 if not (want_x or want_w):
                     continue
-                g_RV = logp_RV.exp_().sub_(eps / V)
-                g_RV.scatter_add_(1, target_R1, g_RV.new_full(target_R1.shape, eps - 1.0))
-                g_RV = g_RV.mul_(keep_N[rows, None]).to(dtype)  # padding: no gradient
-                if want_x:
-                    grad_x[rows] = g_RV @ w
-                if want_w and dtype == torch.float32:
-                    grad_w.addmm_(g_RV.t(), x[rows])
-                elif want_w:
-                    grad_w += g_RV.t() @ x[rows]
+                gs_RV = []
+                for r, logp_RV in zip(rows, logps_RV, strict=True):
+                    target_R1 = target_N[r, None]
+                    g_RV = logp_RV.exp_().sub_(eps / V)
+                    g_RV.scatter_add_(1, target_R1, g_RV.new_full(target_R1.shape, eps - 1.0))
+                    gs_RV.append(g_RV)
+                if rdrop:
+                    gs_RV[0] += rdrop / 2 * (p_RV * (diff_RV - kl_pq_R1) + p_RV - q_RV)
+                    gs_RV[1] += rdrop / 2 * (q_RV * (-diff_RV - kl_qp_R1) + q_RV - p_RV)
+                for r, g_RV in zip(rows, gs_RV, strict=True):
+                    g_RV = g_RV.mul_(keep_N[r, None]).to(dtype)  # padding: no gradient
+                    if want_x:
+                        grad_x[r] = g_RV @ w
+                    if want_w and dtype == torch.float32:
+                        grad_w.addmm_(g_RV.t(), x[r])
+                    elif want_w:
+                        grad_w += g_RV.t() @ x[r]
         ctx.grads = grad_x, grad_w
         zero = loss_N.new_zeros(())  # where(), not indexing: no sync, no data-dependent shape
         nll = torch.where(keep_N, nll_N, zero).sum()
@@ -146,7 +172,7 @@ class ProjectedLabelSmoothedNLL(torch.autograd.Function):
             grad_x = grad_x.mul_(grad_loss.to(grad_x.dtype))
         if grad_w is not None:
             grad_w = grad_w.mul_(grad_loss)
-        return grad_x, grad_w, None, None, None
+        return grad_x, grad_w, None, None, None, None
 
 
 def row_blocks(n: int, width: int, dtype: torch.dtype, device: str) -> list[slice]:
@@ -170,16 +196,20 @@ def make_optimizer(model: nn.Module, tcfg: TrainConfig) -> torch.optim.Adam:
 
 
 def forward_backward(model: nn.Module, batches: list[tuple[Tensor, Tensor, Tensor]], *,
-                     scale: float, eps: float, pad_id: int,
+                     scale: float, eps: float, pad_id: int, rdrop: float = 0.0,
                      scaler: torch.amp.GradScaler | None = None) -> tuple[float, float]:
     """Accumulate the gradients of several batches (src, tgt_in, tgt_out) of the summed loss
     times `scale`: 1 / (target tokens of the whole update), so that accumulation equals one
     large batch (times the world size under DistributedDataParallel, which averages; 0 for a
     rank with no batch of its own). The fp16 `scaler` scales the loss further. With DDP the
-    gradients are summed across ranks at the last batch only. Returns the summed smoothed loss
-    and NLL."""
+    gradients are summed across ranks at the last batch only. With rdrop (R-Drop's alpha) each
+    batch runs twice in one forward pass, under independent dropout, and the loss is per target
+    token of both passes (fairseq's normalisation). Returns the summed smoothed loss and NLL
+    (per pass)."""
+    passes = 2 if rdrop else 1
     loss_total = nll_total = 0.0
-    for i, (src, tgt_in, tgt_out) in enumerate(batches):
+    for i, batch in enumerate(batches):
+        src, tgt_in, tgt_out = (t.repeat(passes, 1) for t in batch)
         last = i == len(batches) - 1
         sync = model.no_sync() if hasattr(model, "no_sync") and not last else \
             contextlib.nullcontext()
@@ -187,10 +217,10 @@ def forward_backward(model: nn.Module, batches: list[tuple[Tensor, Tensor, Tenso
             states = model(src, tgt_in, project=False)
             weight = getattr(model, "module", model).generator.weight  # DDP wraps the model
             loss, nll, _ = label_smoothed_nll(states.flatten(0, 1), weight, tgt_out.flatten(),
-                                              eps=eps, pad_id=pad_id)
-            scaled = loss * scale
+                                              eps=eps, pad_id=pad_id, rdrop=rdrop)
+            scaled = loss * (scale / passes)
             (scaler.scale(scaled) if scaler is not None else scaled).backward()
-        loss_total, nll_total = loss_total + loss.item(), nll_total + nll.item()
+        loss_total, nll_total = loss_total + loss.item() / passes, nll_total + nll.item() / passes
     return loss_total, nll_total
 
 
@@ -522,7 +552,7 @@ def _train(cfg: Config, data_dir: Path, run_dir: Path, ignore_mismatch: bool, wo
             with precision(tcfg, device):
                 loss_local, nll_local = forward_backward(
                     net, tensors, scale=scale, eps=tcfg.label_smoothing,
-                    pad_id=cfg.model.pad_id, scaler=scaler)
+                    pad_id=cfg.model.pad_id, rdrop=tcfg.rdrop_alpha, scaler=scaler)
             if not mine:
                 loss_local = nll_local = 0.0
             loss_total, nll_total = all_sum([loss_local, nll_local], world, device)
