@@ -28,7 +28,7 @@ from .checkpoint import (
     read_state,
     save_checkpoint,
 )
-from .config import Config, TrainConfig, config_to_dict
+from .config import Config, ModelConfig, TrainConfig, config_to_dict
 from .data import VOCAB_FILE, ParallelData, load_meta, load_vocab, token_batches
 from .distributed import World, all_sum, gather_rng, init_world, shutdown
 from .evaluate import sacrebleu_scores
@@ -311,11 +311,24 @@ class TrainingDiverged(RuntimeError):
 def fingerprint(cfg: Config, meta: dict) -> dict:
     """What a resumed run must share with its checkpoint: the model, the optimisation
     settings, the vocabulary and the data (sha256 of the prepared inputs)."""
-    train = {k: v for k, v in config_to_dict(cfg.train).items() if k not in RESUMABLE_TRAIN_KEYS}
-    return {"model": config_to_dict(cfg.model), "train": train,
+    return {"model": config_to_dict(cfg.model), "train": optimisation_settings(cfg.train),
             "vocab_sha256": meta["vocab_sha256"],
             "data_sha256": {name: [f["src_sha256"], f["tgt_sha256"]]
                             for name, f in meta["inputs"].items()}}
+
+
+def optimisation_settings(tcfg: TrainConfig) -> dict:
+    return {k: v for k, v in config_to_dict(tcfg).items() if k not in RESUMABLE_TRAIN_KEYS}
+
+
+def with_later_defaults(saved: dict) -> dict:
+    """A checkpoint's fingerprint with the model and train settings that this code added since
+    it was written filled in at their defaults: a new option arrives off, as the code that wrote
+    the checkpoint behaved, so a run resumes across the upgrade unless the option is now on."""
+    defaults = {"model": config_to_dict(ModelConfig()),
+                "train": optimisation_settings(TrainConfig())}
+    return saved | {section: values | saved.get(section, {})
+                    for section, values in defaults.items()}
 
 
 def fingerprint_differences(old: dict, new: dict, prefix: str = "") -> list[str]:
@@ -352,7 +365,8 @@ def resume(path: Path, model: Transformer, optimizer: torch.optim.Optimizer,
         raise ResumeMismatch(f"{path} was trained by {saved['world_size']} processes, this run "
                              f"has {world.size}: resume with the same torchrun --nproc-per-node "
                              "and --nnodes")
-    differences = fingerprint_differences(saved["fingerprint"], fresh["fingerprint"])
+    differences = fingerprint_differences(with_later_defaults(saved["fingerprint"]),
+                                          fresh["fingerprint"])
     if differences and not ignore_mismatch:
         raise ResumeMismatch(
             f"cannot resume {path.parent.parent} from {path.name}: " + "; ".join(differences) +
