@@ -134,23 +134,23 @@ class ProjectedLabelSmoothedNLL(torch.autograd.Function):
                     nll_R = -logp_RV.gather(1, target_N[r, None]).squeeze(1)
                     nll_N[r], loss_N[r] = nll_R, (1.0 - eps) * nll_R - eps * logp_RV.mean(-1)
                 if rdrop:
-                    diff_RV = logps_RV[0] - logps_RV[1]
                     p_RV, q_RV = logps_RV[0].exp(), logps_RV[1].exp()
+                    diff_RV = logps_RV[0] - logps_RV[1]
                     kl_pq_R1 = (p_RV * diff_RV).sum(-1, keepdim=True)
                     kl_qp_R1 = -(q_RV * diff_RV).sum(-1, keepdim=True)
                     loss_N[rows[0]] += rdrop / 2 * (kl_pq_R1 + kl_qp_R1).squeeze(1)
                 if not (want_x or want_w):
                     continue
-                gs_RV = []
-                for r, logp_RV in zip(rows, logps_RV, strict=True):
+                if rdrop:  # its share of the gradient, before the softmaxes are reused below
+                    kl_grads_RV = [rdrop / 2 * (p_RV * (diff_RV - kl_pq_R1) + p_RV - q_RV),
+                                   rdrop / 2 * (q_RV * (-diff_RV - kl_qp_R1) + q_RV - p_RV)]
+                gs_RV = [p_RV, q_RV] if rdrop else [logps_RV[0].exp_()]
+                for k, (r, g_RV) in enumerate(zip(rows, gs_RV, strict=True)):
                     target_R1 = target_N[r, None]
-                    g_RV = logp_RV.exp_().sub_(eps / V)
+                    g_RV.sub_(eps / V)  # softmax - the smoothed target
                     g_RV.scatter_add_(1, target_R1, g_RV.new_full(target_R1.shape, eps - 1.0))
-                    gs_RV.append(g_RV)
-                if rdrop:
-                    gs_RV[0] += rdrop / 2 * (p_RV * (diff_RV - kl_pq_R1) + p_RV - q_RV)
-                    gs_RV[1] += rdrop / 2 * (q_RV * (-diff_RV - kl_qp_R1) + q_RV - p_RV)
-                for r, g_RV in zip(rows, gs_RV, strict=True):
+                    if rdrop:
+                        g_RV += kl_grads_RV[k]
                     g_RV = g_RV.mul_(keep_N[r, None]).to(dtype)  # padding: no gradient
                     if want_x:
                         grad_x[r] = g_RV @ w
@@ -209,7 +209,7 @@ def forward_backward(model: nn.Module, batches: list[tuple[Tensor, Tensor, Tenso
     passes = 2 if rdrop else 1
     loss_total = nll_total = 0.0
     for i, batch in enumerate(batches):
-        src, tgt_in, tgt_out = (t.repeat(passes, 1) for t in batch)
+        src, tgt_in, tgt_out = (t.repeat(2, 1) for t in batch) if rdrop else batch
         last = i == len(batches) - 1
         sync = model.no_sync() if hasattr(model, "no_sync") and not last else \
             contextlib.nullcontext()
