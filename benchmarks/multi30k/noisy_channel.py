@@ -46,7 +46,8 @@ def channel_log_probs(channel: Translator, sources: list[str], targets: list[str
     model, vocab, cfg = channel.model, channel.vocab, channel.model.cfg
     out = []
     for start in range(0, len(sources), batch):
-        src = [vocab.encode(s) + [cfg.eos_id] for s in sources[start : start + batch]]
+        src = [channel.encode_source(s, start + i)
+               for i, s in enumerate(sources[start : start + batch])]
         tgt = [vocab.encode(t) for t in targets[start : start + batch]]
         src_BS = torch.full((len(src), max(map(len, src))), cfg.pad_id)
         tgt_in_BT = torch.full((len(tgt), max(map(len, tgt)) + 1), cfg.pad_id)
@@ -66,11 +67,15 @@ def candidates(forward: Translator, channel: Translator, sources: list[str]) -> 
     """Each source's beam, with the forward log-prob and length and the channel's log-prob."""
     nbests = forward.translate_nbest(sources)
     flat = [(s, h) for s, nbest in zip(sources, nbests, strict=True) for h in nbest]
-    scores = iter(channel_log_probs(channel, [h.text for _, h in flat], [s for s, _ in flat]))
-    return [[{"text": h.text, "log_prob": h.log_prob,
-              "length": len(forward.vocab.encode(h.text)) + 1,
-              **dict(zip(("channel", "source_length"), next(scores), strict=True))}
-             for h in nbest] for nbest in nbests]
+    scores = channel_log_probs(channel, [h.text for _, h in flat], [s for s, _ in flat])
+    out, i = [], 0
+    for nbest in nbests:
+        out.append([{"text": h.text, "log_prob": h.log_prob,
+                     "length": len(forward.vocab.encode(h.text)) + 1,
+                     "channel": scores[i + j][0], "source_length": scores[i + j][1]}
+                    for j, h in enumerate(nbest)])
+        i += len(nbest)
+    return out
 
 
 def rerank(nbests: list[list[dict]], *, norm: str, alpha: float, lam: float) -> list[str]:
