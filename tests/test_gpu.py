@@ -69,12 +69,14 @@ OVERRIDES = ["train.max_tokens=800", "train.warmup_steps=10", "train.lr_scale=0.
              "train.save_every=10", "train.device=cuda", "decode.max_length_offset=5"]
 
 
-@pytest.mark.parametrize("precision", ["train.bf16=true", "train.fp16=true", "train.bf16=false"])
+@pytest.mark.parametrize("precision", ["train.bf16=true", "train.fp16=true", "train.bf16=false",
+                                       "train.bf16=true,train.compile=true"])
 def test_training_on_cuda_learns_checkpoints_and_resumes(prepared_multi30k, tmp_path, precision):
     run = tmp_path / "run"
-    train(load_config("tiny", [*OVERRIDES, precision, "train.max_steps=20"]),
+    options = precision.split(",")
+    train(load_config("tiny", [*OVERRIDES, *options, "train.max_steps=20"]),
           data_dir=prepared_multi30k, run_dir=run)
-    state = train(load_config("tiny", [*OVERRIDES, precision, "train.max_steps=40"]),
+    state = train(load_config("tiny", [*OVERRIDES, *options, "train.max_steps=40"]),
                   data_dir=prepared_multi30k, run_dir=run)
     assert state["step"] == 40 and state["nonfinite_steps"] < 5
     losses = [r["loss"] for r in read_metrics(run) if r["kind"] == "train"]

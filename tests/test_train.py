@@ -329,3 +329,34 @@ def test_optimizer_is_the_papers_adam_written_out():
         m_hat, v_hat = m / (1 - 0.9**step), v / (1 - 0.98**step)
         expected -= lr * m_hat / (v_hat.sqrt() + 1e-9)
         torch.testing.assert_close(param.detach(), expected, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("device", [
+    "cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
+        not torch.cuda.is_available(), reason="needs CUDA")])])
+def test_compiled_training_step_equals_eager_across_batch_shapes_without_recompiling(device):
+    # train.compile: the compiled forward and backward give the eager model's loss and gradients
+    # on batches of three different shapes, and the later shapes reuse the first compiled graph
+    # (symbolic shapes): token-budget batches would otherwise recompile at every step
+    from torch._dynamo.utils import counters
+
+    from conftest import random_batch, tiny_model
+    from transformer_mt.train import compiled, forward_backward
+
+    torch._dynamo.reset()
+    counters.clear()
+    eager, model = tiny_model().to(device).train(), tiny_model().to(device).train()
+    net = compiled(model)
+    for seed, (B, S, T) in enumerate([(3, 6, 7), (5, 9, 4), (2, 11, 12)]):
+        src = random_batch(seed, B, S, lengths=[S] + [max(1, S - 2)] * (B - 1))
+        tgt_out = random_batch(seed + 10, B, T, lengths=[max(1, T - 3)] * (B - 1) + [T])
+        tgt_in = torch.cat([torch.full((B, 1), 2), tgt_out[:, :-1]], dim=1)
+        n_target = int(tgt_out.ne(0).sum())
+        batch = tuple(t.to(device) for t in (src, tgt_in, tgt_out))
+        results = [forward_backward(m, [batch], scale=1 / n_target, eps=0.1,
+                                    pad_id=0) for m in (eager, net)]
+        assert results[1] == pytest.approx(results[0], rel=1e-5)
+        for (name, p), q in zip(eager.named_parameters(), model.parameters(), strict=True):
+            torch.testing.assert_close(q.grad, p.grad, atol=1e-6, rtol=1e-4, msg=name)
+            p.grad = q.grad = None
+    assert counters["stats"]["unique_graphs"] == 1

@@ -17,14 +17,17 @@ from pathlib import Path
 import numpy as np
 import torch
 from engines import build, emit
+from train_speed import device_name, sync
 
 from transformer_mt.config import load_config
 from transformer_mt.data import ParallelData
 
 
-def timed(fn) -> float:
+def timed(fn, device: torch.device) -> float:
+    sync(device)
     start = time.perf_counter()
     fn()
+    sync(device)
     return time.perf_counter() - start
 
 
@@ -38,32 +41,35 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--length", type=int, default=30)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--latency-sentences", type=int, default=30)
+    parser.add_argument("--device", default="cpu", help="cuda: ours and marian only")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     cfg = load_config(args.shape, ["model.vocab_size=8000", "model.dropout=0.0"]).model
     torch.manual_seed(0)
-    engine = build(args.engine, cfg, dtype=args.dtype, threads=torch.get_num_threads())
+    device = torch.device(args.device)
+    engine = build(args.engine, cfg, dtype=args.dtype, threads=torch.get_num_threads(),
+                   device=args.device)
     data = ParallelData(args.data, "valid")
     order = np.argsort(data.src_lengths, kind="stable")
-    batches = [data.collate(order[i : i + args.batch_size])[0]
+    batches = [data.collate(order[i : i + args.batch_size])[0].to(device)
                for i in range(0, len(order), args.batch_size)]
     n = len(order)
     engine.decode(batches[len(batches) // 2], beam=1, length=args.length)  # warm-up
     result = {"engine": engine.name, "shape": args.shape, "dtype": args.dtype,
-              "malloc": engine.malloc,
+              "malloc": engine.malloc, "device": device_name(device),
               "threads": torch.get_num_threads(), "torch": torch.__version__,
               "sentences": n, "output_tokens": args.length, "batch_size": args.batch_size}
     for label, beam in (("greedy", 1), ("beam4", 4)):
         if args.engine == "torch" and beam > 1:
             continue  # the tutorial baseline has no beam search
-        seconds = sum(timed(lambda b=b, k=beam: engine.decode(b, beam=k, length=args.length))
-                      for b in batches)
+        seconds = sum(timed(lambda b=b, k=beam: engine.decode(b, beam=k, length=args.length),
+                            device) for b in batches)
         result[f"{label}_sentences_per_s"] = n / seconds
         result[f"{label}_tokens_per_s"] = n * args.length / seconds
     if args.engine != "torch":
-        singles = [data.collate(order[i : i + 1])[0]
+        singles = [data.collate(order[i : i + 1])[0].to(device)
                    for i in np.linspace(0, n - 1, args.latency_sentences).astype(int)]
-        latencies = [timed(lambda s=s: engine.decode(s, beam=4, length=args.length))
+        latencies = [timed(lambda s=s: engine.decode(s, beam=4, length=args.length), device)
                      for s in singles]
         result["beam4_latency_ms"] = 1000 * statistics.median(latencies)
     return emit(result, args.json)

@@ -26,12 +26,15 @@ from transformer_mt.config import DecodeConfig, ModelConfig, TrainConfig
 from transformer_mt.decoding import generate
 from transformer_mt.malloc_tuning import tune_malloc
 from transformer_mt.model import Transformer, sinusoidal_positions
-from transformer_mt.train import forward_backward, make_optimizer, precision
+from transformer_mt.train import compiled, forward_backward, make_optimizer, precision
 from transformer_mt.translator import quantize_int8
 
 
 def adam(model: nn.Module) -> torch.optim.Adam:
-    return torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+    """torch's Adam; fused on CUDA, as Hugging Face's Trainer does there by default."""
+    fused = next(model.parameters()).is_cuda
+    return torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9,
+                            fused=fused or None)
 
 
 def smoothed_loss(logits: Tensor, tgt_out: Tensor, n_target: int) -> Tensor:
@@ -39,13 +42,25 @@ def smoothed_loss(logits: Tensor, tgt_out: Tensor, n_target: int) -> Tensor:
                            label_smoothing=0.1, reduction="sum") / n_target
 
 
+def peer_precision(device: torch.device, bf16: bool):
+    """A peer's autocast; on CUDA with our attention-kernel choice as well (train.precision:
+    not cuDNN's attention, which plans every new batch shape on the CPU), so that peers and
+    ours run the same attention kernels."""
+    if device.type == "cuda":
+        return precision(TrainConfig(bf16=bf16, max_steps=1), device)
+    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16)
+
+
 class Ours:
     name = "transformer-mt"
 
-    def __init__(self, cfg: ModelConfig, *, dtype: str, device: str = "cpu"):
+    def __init__(self, cfg: ModelConfig, *, dtype: str, device: str = "cpu",
+                 compile: bool = False):
         self.device = torch.device(device)
         self.model = Transformer(cfg).to(self.device)
-        self.tcfg = TrainConfig(bf16=dtype == "bf16", fp16=dtype == "fp16", max_steps=1)
+        self.tcfg = TrainConfig(bf16=dtype == "bf16", fp16=dtype == "fp16", max_steps=1,
+                                compile=compile)
+        self.net = compiled(self.model) if compile else self.model  # train.compile
         self.optimizer = make_optimizer(self.model, self.tcfg)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.tcfg.fp16)
         # decoding only: translate --int8's inference copy; "+kv": --kv-bf16 as well
@@ -57,7 +72,7 @@ class Ours:
             group["lr"] = 1e-4
         self.model.train()
         with precision(self.tcfg, self.device):
-            forward_backward(self.model, [(src, tgt_in, tgt_out)], scale=1 / n_target, eps=0.1,
+            forward_backward(self.net, [(src, tgt_in, tgt_out)], scale=1 / n_target, eps=0.1,
                              pad_id=0, scaler=self.scaler)
         self.scaler.step(self.optimizer)
         self.scaler.update()
@@ -91,16 +106,17 @@ def marian_config(cfg: ModelConfig):
 class Marian:
     name = "hf-marian"
 
-    def __init__(self, cfg: ModelConfig, *, bf16: bool):
+    def __init__(self, cfg: ModelConfig, *, bf16: bool, device: str = "cpu"):
         from transformers import MarianMTModel
 
-        self.model = MarianMTModel(marian_config(cfg))
+        self.device = torch.device(device)
+        self.model = MarianMTModel(marian_config(cfg)).to(self.device)
         self.bf16 = bf16
         self.optimizer = adam(self.model)
 
     def train_step(self, src, tgt_in, tgt_out, n_target) -> None:
         self.model.train()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
+        with peer_precision(self.device, self.bf16):
             logits = self.model(input_ids=src, attention_mask=src.ne(0),
                                 decoder_input_ids=tgt_in,
                                 decoder_attention_mask=tgt_in.ne(0)).logits
@@ -113,7 +129,7 @@ class Marian:
     def decode(self, src, *, beam: int, length: int) -> None:
         self.model.eval()
         beam_options = {"length_penalty": 0.6, "early_stopping": True} if beam > 1 else {}
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
+        with peer_precision(self.device, self.bf16):
             self.model.generate(input_ids=src, attention_mask=src.ne(0), num_beams=beam,
                                 do_sample=False, min_new_tokens=length, max_new_tokens=length,
                                 **beam_options)
@@ -220,19 +236,25 @@ class TorchTransformer(nn.Module):
                 ys = torch.cat([ys, logits.argmax(-1, keepdim=True)], dim=1)
 
 
-def build(engine: str, cfg: ModelConfig, *, dtype: str, threads: int, device: str = "cpu"):
+def build(engine: str, cfg: ModelConfig, *, dtype: str, threads: int, device: str = "cpu",
+          compile: bool = False):
     """An engine by name: ours, marian, torch (any dtype of fp32/bf16; ours also int8 for
-    decoding, and fp32+kv / int8+kv: with bf16 attention keys and values), ct2 (fp32/int8).
+    decoding, and fp32+kv / int8+kv: with bf16 attention keys and values; `compile`: its
+    training steps compiled as by train.compile), ct2 (fp32/int8; CPU only).
     Its `malloc` records whether glibc's mmap/trim thresholds are raised ('tuned': ours unless
     run with TRANSFORMER_MT_MALLOC=default, a peer when run.sh sets MALLOC_MMAP_THRESHOLD_ and
     MALLOC_TRIM_THRESHOLD_) or not ('default')."""
     bf16 = dtype == "bf16"
+    if engine not in ("ours", "marian") and device != "cpu":
+        raise ValueError(f"engine {engine!r} runs on the CPU only here")
+    if engine != "ours" and compile:
+        raise ValueError("compile: our engine only")
     tuned = tune_malloc() if engine == "ours" else all(
         name in os.environ for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"))
     if engine == "ours":
-        built = Ours(cfg, dtype=dtype, device=device)
+        built = Ours(cfg, dtype=dtype, device=device, compile=compile)
     elif engine == "marian":
-        built = Marian(cfg, bf16=bf16)
+        built = Marian(cfg, bf16=bf16, device=device)
     elif engine == "torch":
         built = TorchTransformer(cfg, bf16=bf16)
     elif engine == "ct2":

@@ -67,6 +67,10 @@ def step_flops(cfg: ModelConfig, batch_shapes: list[tuple[int, int, int]]) -> li
     return out
 
 
+def device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+
+
 def minor_faults() -> int:
     """Page faults of this process so far that needed no disk: a freshly mapped page touched."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -79,6 +83,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--shape", choices=sorted(SHAPES), default="small")
     parser.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default="fp32")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--compile", action="store_true",
+                        help="ours: the training step compiled (train.compile)")
     parser.add_argument("--max-tokens", type=int, default=4096)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--steps", type=int, default=10)
@@ -91,7 +97,7 @@ def main(argv: list[str] | None = None) -> dict:
                                            f"train.fp16={args.dtype == 'fp16'}"])
     torch.manual_seed(0)
     engine = build(args.engine, cfg.model, dtype=args.dtype, threads=torch.get_num_threads(),
-                   device=args.device)
+                   device=args.device, compile=args.compile)
     data = ParallelData(args.data, "train")
     batches = token_batches(data.src_lengths, data.tgt_lengths, max_tokens=args.max_tokens,
                             seed=1, epoch=0)[: args.warmup + args.steps]
@@ -117,8 +123,8 @@ def main(argv: list[str] | None = None) -> dict:
     achieved = sum(flops) / sum(times)
     result = {
         "engine": engine.name, "shape": args.shape, "dtype": args.dtype,
-        "malloc": engine.malloc,
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "compile": args.compile, "malloc": engine.malloc,
+        "device": device_name(device),
         "threads": torch.get_num_threads(), "torch": torch.__version__,
         "max_tokens": args.max_tokens, "timed_steps": len(times),
         "median_step_s": statistics.median(times),

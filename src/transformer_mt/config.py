@@ -183,6 +183,10 @@ class TrainConfig:
     clip_norm: float = 0.0  # 0: no clipping (the paper does not clip)
     bf16: bool = False  # bfloat16 autocast (CPU or GPU); not in the paper
     fp16: bool = False  # float16 autocast with a dynamic loss scale (GPU); not in the paper
+    # Not in the paper: the model's forward and backward compiled by torch.compile (Inductor,
+    # shapes symbolic, so that token-budget batches of any shape share one compiled graph); the
+    # first steps take a minute or more to compile.
+    compile: bool = False
     device: str = "auto"  # auto: cuda if available, else cpu; or cpu, cuda, cuda:1, ...
     max_steps: int = 100_000  # §5.2: 100k steps for base
     max_epochs: int = 0  # 0: no limit

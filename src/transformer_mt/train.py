@@ -195,6 +195,13 @@ def make_optimizer(model: nn.Module, tcfg: TrainConfig) -> torch.optim.Adam:
                             eps=tcfg.adam_eps, fused=True)
 
 
+def compiled(model: nn.Module) -> nn.Module:
+    """`model` compiled by torch.compile for training steps; it shares its parameters, and its
+    attributes read through. Shapes are symbolic from the start (dynamic=True): token-budget
+    batches differ in every dimension, and a graph per shape would recompile all the time."""
+    return torch.compile(model, dynamic=True)
+
+
 def forward_backward(model: nn.Module, batches: list[tuple[Tensor, Tensor, Tensor]], *,
                      scale: float, eps: float, pad_id: int, rdrop: float = 0.0,
                      scaler: torch.amp.GradScaler | None = None) -> tuple[float, float]:
@@ -476,6 +483,8 @@ def _train(cfg: Config, data_dir: Path, run_dir: Path, ignore_mismatch: bool, wo
                        world=world)
     net = model if world.size == 1 else DistributedDataParallel(
         model, device_ids=[device.index] if device.type == "cuda" else None)
+    if tcfg.compile:
+        net = compiled(net)
     model.train()
     metrics = MetricsLog(run_dir, resume_step=state["step"] if latest is not None else None,
                          enabled=world.is_main)
