@@ -336,8 +336,9 @@ def test_optimizer_is_the_papers_adam_written_out():
         not torch.cuda.is_available(), reason="needs CUDA")])])
 def test_compiled_training_step_equals_eager_across_batch_shapes_without_recompiling(device):
     # train.compile: the compiled forward and backward give the eager model's loss and gradients
-    # on batches of three different shapes, and the later shapes reuse the first compiled graph
-    # (symbolic shapes): token-budget batches would otherwise recompile at every step
+    # on batches of three different shapes (no dropout), and the later shapes reuse the first
+    # compiled graph (symbolic shapes): token-budget batches would otherwise recompile at every
+    # step
     from torch._dynamo.utils import counters
 
     from conftest import random_batch, tiny_model
@@ -360,3 +361,6 @@ def test_compiled_training_step_equals_eager_across_batch_shapes_without_recompi
             torch.testing.assert_close(q.grad, p.grad, atol=1e-6, rtol=1e-4, msg=name)
             p.grad = q.grad = None
     assert counters["stats"]["unique_graphs"] == 1
+    # with dropout too the model compiles whole: our dropout's own mask would break the graph
+    dropped = tiny_model(dropout=0.3).to(device).train()
+    assert torch._dynamo.explain(dropped)(*batch[:2], project=False).graph_break_count == 0

@@ -138,12 +138,17 @@ def optimizer_tensors(model: Transformer, optimizer: torch.optim.Adam) -> dict[s
 
 def load_optimizer_tensors(model: Transformer, optimizer: torch.optim.Adam,
                            tensors: dict[str, torch.Tensor], path: Path) -> None:
+    # the step count lives where torch.optim.Adam keeps it: beside the parameter for the fused
+    # (and capturable) update, on the CPU otherwise
+    on_device = {id(p): bool(group.get("fused") or group.get("capturable"))
+                 for group in optimizer.param_groups for p in group["params"]}
     for name, p in model.named_parameters():
         keys = ("step", "exp_avg", "exp_avg_sq")
         missing = [k for k in keys if f"{k}.{name}" not in tensors]
         if missing:
             raise ModelLoadError(f"{path}: no optimizer state {missing} for parameter '{name}'")
-        optimizer.state[p] = {"step": tensors[f"step.{name}"].clone(),  # stays on the CPU
+        step_device = p.device if on_device[id(p)] else torch.device("cpu")
+        optimizer.state[p] = {"step": tensors[f"step.{name}"].to(step_device, copy=True),
                               "exp_avg": tensors[f"exp_avg.{name}"].to(p.device, copy=True),
                               "exp_avg_sq": tensors[f"exp_avg_sq.{name}"].to(p.device, copy=True)}
 

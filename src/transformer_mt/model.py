@@ -63,6 +63,8 @@ class Dropout(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         if not self.training or self.threshold == 0:
             return x
+        if torch.compiler.is_compiling():  # train.compile: Inductor fuses its own random numbers
+            return F.dropout(x, self.p, training=True)  # into the kernels around the mask
         keep = keep_mask(x.shape, self.threshold, x.device)
         return (x * keep.view(torch.uint8)).mul_(self.scale)  # uint8 x float: a fast kernel
 
