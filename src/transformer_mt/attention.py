@@ -8,11 +8,13 @@ Boolean masks mean "may attend" (True = the query may look at that key), as
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 
 def reference_attention(q_BHTK: Tensor, k_BHLK: Tensor, v_BHLV: Tensor, mask: Tensor | None):
@@ -45,6 +47,18 @@ def attention(q_BHTK: Tensor, k_BHLK: Tensor, v_BHLV: Tensor, mask: Tensor | Non
     if dropout_p:
         weights_BHTL = F.dropout(weights_BHTL, dropout_p)
     return weights_BHTL @ v_BHLV
+
+
+def attention_kernels(device: torch.device) -> contextlib.AbstractContextManager:
+    """The fused attention kernels allowed on `device`, for training and decoding: on CUDA not
+    cuDNN's, which torch picks for bf16/fp16 on Hopper and which plans each new shape on the
+    CPU (~9 ms a call on an H200): bf16 training steps ran 1.8x slower than fp32 on token-budget
+    batches (benchmarks/results/gpu), and a decoding step has a new key length at every layer.
+    Elsewhere torch's own choice."""
+    if device.type != "cuda":
+        return contextlib.nullcontext()
+    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
+                        SDPBackend.MATH])
 
 
 def padding_mask(is_pad_BL: Tensor) -> Tensor:

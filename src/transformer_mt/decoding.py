@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from .attention import attention_kernels
 from .config import DecodeConfig
 
 
@@ -220,4 +221,5 @@ def beam_search(model, src_BS: Tensor, cfg: DecodeConfig) -> list[list[Hypothesi
 def generate(model, src_BS: Tensor, cfg: DecodeConfig) -> list[list[Hypothesis]]:
     """Decode a padded batch of source ids (B, S) with cfg.strategy."""
     search = {"beam": beam_search, "greedy": greedy_search, "sample": sample}[cfg.strategy]
-    return search(model, src_BS, cfg)
+    with attention_kernels(src_BS.device):
+        return search(model, src_BS, cfg)

@@ -19,6 +19,7 @@ from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.parallel import DistributedDataParallel
 
+from .attention import attention_kernels
 from .bf16_check import warn_if_bf16_is_slow
 from .checkpoint import (
     STATE_FILE,
@@ -388,7 +389,7 @@ def resume(path: Path, model: Transformer, optimizer: torch.optim.Optimizer,
 
 
 def precision(tcfg: TrainConfig, device: torch.device) -> contextlib.ExitStack:
-    """Autocast (bf16, or fp16 with the loss scaler) and, on CPU, the attention kernel."""
+    """Autocast (bf16, or fp16 with the loss scaler) and the attention kernels."""
     stack = contextlib.ExitStack()
     stack.enter_context(torch.autocast(device.type, enabled=tcfg.bf16 or tcfg.fp16,
                                        dtype=torch.float16 if tcfg.fp16 else torch.bfloat16))
@@ -398,11 +399,7 @@ def precision(tcfg: TrainConfig, device: torch.device) -> contextlib.ExitStack:
         # in fp32; the model keeps plain SDPA, the choice is made here.
         stack.enter_context(sdpa_kernel(SDPBackend.MATH))
     else:
-        # Not cuDNN's attention, which torch picks for bf16/fp16 on Hopper: it plans each new
-        # batch shape on the CPU (~9 ms a call on an H200), which made bf16 steps 1.8x slower
-        # than fp32 on token-budget batches (benchmarks/results/gpu).
-        stack.enter_context(sdpa_kernel([SDPBackend.FLASH_ATTENTION,
-                                         SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]))
+        stack.enter_context(attention_kernels(device))
     return stack
 
 
