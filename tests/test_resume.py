@@ -274,3 +274,16 @@ def test_a_checkpoint_older_than_an_option_resumes_while_the_option_stays_off():
         "train.rdrop_alpha (checkpoint: 0.0, now: 5.0)"]
     saved_on = fingerprint(config(10, "train.rdrop_alpha=5"), meta)
     assert with_later_defaults(saved_on)["train"]["rdrop_alpha"] == 5.0  # the saved value wins
+
+
+def test_where_and_how_steps_run_may_change_at_a_resume():
+    # device, threads and train.compile change how a step is computed, not what it computes:
+    # a run may resume on another device, or compiled
+    from transformer_mt.train import fingerprint, fingerprint_differences
+
+    meta = {"vocab_sha256": "v", "inputs": {"train": {"src_sha256": "s", "tgt_sha256": "t"}}}
+    moved = config(10, "train.compile=true", "train.device=cuda", "train.threads=1")
+    assert fingerprint_differences(fingerprint(config(10), meta), fingerprint(moved, meta)) == []
+    assert fingerprint_differences(fingerprint(config(10), meta),
+                                   fingerprint(config(10, "train.seed=2"), meta)) == [
+        "train.seed (checkpoint: 1, now: 2)"]

@@ -58,8 +58,7 @@ class Ours:
                  compile: bool = False):
         self.device = torch.device(device)
         self.model = Transformer(cfg).to(self.device)
-        self.tcfg = TrainConfig(bf16=dtype == "bf16", fp16=dtype == "fp16", max_steps=1,
-                                compile=compile)
+        self.tcfg = TrainConfig(bf16=dtype == "bf16", fp16=dtype == "fp16", max_steps=1)
         self.net = compiled(self.model) if compile else self.model  # train.compile
         self.optimizer = make_optimizer(self.model, self.tcfg)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.tcfg.fp16)

@@ -292,7 +292,7 @@ class Progress:
 # Train settings that may change when a run is resumed: budgets, cadence, device and threads.
 RESUMABLE_TRAIN_KEYS = {"max_steps", "max_epochs", "max_minutes", "log_every", "valid_every",
                         "valid_bleu", "save_every", "save_every_minutes", "keep_last", "threads",
-                        "device", "patience", "max_nonfinite"}
+                        "device", "compile", "patience", "max_nonfinite"}
 
 # What an exact resume reads from a checkpoint's state.json besides the random states (which
 # load_checkpoint checks). A checkpoint that lacks one is refused, naming it.
