@@ -19,7 +19,9 @@ cd "$REPO"
 { nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv
   python3 -c "import torch, transformers; print('torch', torch.__version__, 'cuda',
 torch.version.cuda, 'transformers', transformers.__version__)"
-  git rev-parse --short HEAD 2>/dev/null; } | tee "$OUT/machine.txt"
+  git rev-parse --short HEAD 2>/dev/null  # stale on the lent machines: the digest names the code
+  (cd benchmarks/speed && python3 -c "from engines import source_digest as d; print('source', d())")
+} | tee "$OUT/machine.txt"
 train_speed() {  # SHAPE DTYPE TOKENS ENGINE [--compile]
   timeout 300 python3 benchmarks/speed/train_speed.py --data "$DATA" --device cuda \
     --shape "$1" --dtype "$2" --max-tokens "$3" --engine "$4" "${@:5}" --warmup 8 --steps 20 \

@@ -10,6 +10,7 @@ output length forced to `length` tokens (so that random models do identical work
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -273,6 +274,18 @@ def git_commit() -> str:
         return "unknown"
 
 
+def source_digest() -> str:
+    """sha256 (12 hex digits) of the Python sources that a measurement ran: the package and the
+    benchmarks. It names the code where `git_commit` cannot (a copy of the working tree whose
+    .git is stale, as on the lent GPU machines)."""
+    repo = Path(__file__).resolve().parents[2]
+    digest = hashlib.sha256()
+    for path in sorted([*repo.glob("src/transformer_mt/**/*.py"),
+                        *repo.glob("benchmarks/**/*.py")]):
+        digest.update(str(path.relative_to(repo)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
 def cpu_model() -> str:
     """The CPU's model name and the bf16 matrix instructions it offers (which decide whether
     bf16 pays: bf16_check.py), from /proc/cpuinfo where there is one."""
@@ -288,9 +301,10 @@ def cpu_model() -> str:
 
 
 def emit(result: dict, path: Path | None) -> dict:
-    """One measurement, with the commit and the CPU: a JSON line on stdout (run.sh collects
+    """One measurement, with the commit, the sources' digest and the CPU: a JSON line on stdout (run.sh collects
     them) and, with `path`, a JSON file."""
-    result = result | {"commit": git_commit(), "cpu_model": cpu_model()}
+    result = result | {"commit": git_commit(), "source_sha256": source_digest(),
+                       "cpu_model": cpu_model()}
     print(json.dumps(result))
     if path:
         path.parent.mkdir(parents=True, exist_ok=True)
