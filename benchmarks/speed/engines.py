@@ -301,8 +301,8 @@ def cpu_model() -> str:
 
 
 def emit(result: dict, path: Path | None) -> dict:
-    """One measurement, with the commit, the sources' digest and the CPU: a JSON line on stdout (run.sh collects
-    them) and, with `path`, a JSON file."""
+    """One measurement, with the commit, the sources' digest and the CPU: a JSON line on stdout
+    (run.sh collects them) and, with `path`, a JSON file."""
     result = result | {"commit": git_commit(), "source_sha256": source_digest(),
                        "cpu_model": cpu_model()}
     print(json.dumps(result))
