@@ -256,23 +256,26 @@ def test_a_run_stopped_before_its_cooldown_ends_says_so(prepared_multi30k, tmp_p
     assert not any("cooldown" in r.getMessage() for r in caplog.records)
 
 
+# the prepared data's record, as far as a fingerprint reads it
+META = {"vocab_sha256": "v", "inputs": {"train": {"src_sha256": "s", "tgt_sha256": "t"}}}
+
+
 def test_a_checkpoint_older_than_an_option_resumes_while_the_option_stays_off():
     # a fingerprint written before train.rdrop_alpha and model.qkv_init_gain existed: their
     # defaults are how its code behaved, so they match; turned on, they are differences
     from transformer_mt.train import fingerprint, fingerprint_differences, with_later_defaults
 
-    meta = {"vocab_sha256": "v", "inputs": {"train": {"src_sha256": "s", "tgt_sha256": "t"}}}
-    old = fingerprint(config(10), meta)
+    old = fingerprint(config(10), META)
     del old["train"]["rdrop_alpha"], old["model"]["qkv_init_gain"]
-    assert fingerprint_differences(old, fingerprint(config(10), meta)) == [
+    assert fingerprint_differences(old, fingerprint(config(10), META)) == [
         "model.qkv_init_gain (checkpoint: None, now: 1.0)",
         "train.rdrop_alpha (checkpoint: None, now: 0.0)"]
-    assert fingerprint_differences(with_later_defaults(old), fingerprint(config(20), meta)) == []
-    on = fingerprint(config(10, "train.rdrop_alpha=5", "model.qkv_init_gain=0.7071"), meta)
+    assert fingerprint_differences(with_later_defaults(old), fingerprint(config(20), META)) == []
+    on = fingerprint(config(10, "train.rdrop_alpha=5", "model.qkv_init_gain=0.7071"), META)
     assert fingerprint_differences(with_later_defaults(old), on) == [
         "model.qkv_init_gain (checkpoint: 1.0, now: 0.7071)",
         "train.rdrop_alpha (checkpoint: 0.0, now: 5.0)"]
-    saved_on = fingerprint(config(10, "train.rdrop_alpha=5"), meta)
+    saved_on = fingerprint(config(10, "train.rdrop_alpha=5"), META)
     assert with_later_defaults(saved_on)["train"]["rdrop_alpha"] == 5.0  # the saved value wins
 
 
@@ -281,9 +284,8 @@ def test_where_and_how_steps_run_may_change_at_a_resume():
     # a run may resume on another device, or compiled
     from transformer_mt.train import fingerprint, fingerprint_differences
 
-    meta = {"vocab_sha256": "v", "inputs": {"train": {"src_sha256": "s", "tgt_sha256": "t"}}}
     moved = config(10, "train.compile=true", "train.device=cuda", "train.threads=1")
-    assert fingerprint_differences(fingerprint(config(10), meta), fingerprint(moved, meta)) == []
-    assert fingerprint_differences(fingerprint(config(10), meta),
-                                   fingerprint(config(10, "train.seed=2"), meta)) == [
+    assert fingerprint_differences(fingerprint(config(10), META), fingerprint(moved, META)) == []
+    assert fingerprint_differences(fingerprint(config(10), META),
+                                   fingerprint(config(10, "train.seed=2"), META)) == [
         "train.seed (checkpoint: 1, now: 2)"]

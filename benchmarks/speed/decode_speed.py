@@ -16,8 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from engines import build, emit
-from train_speed import device_name, sync
+from engines import build, device_name, emit, sync
 
 from transformer_mt.config import load_config
 from transformer_mt.data import ParallelData

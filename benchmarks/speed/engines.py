@@ -10,6 +10,7 @@ output length forced to `length` tokens (so that random models do identical work
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -23,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from transformer_mt.attention import attention_kernels
 from transformer_mt.config import DecodeConfig, ModelConfig, TrainConfig
 from transformer_mt.decoding import generate
 from transformer_mt.malloc_tuning import tune_malloc
@@ -43,13 +45,22 @@ def smoothed_loss(logits: Tensor, tgt_out: Tensor, n_target: int) -> Tensor:
                            label_smoothing=0.1, reduction="sum") / n_target
 
 
+@contextlib.contextmanager
 def peer_precision(device: torch.device, bf16: bool):
-    """A peer's autocast; on CUDA with our attention-kernel choice as well (train.precision:
-    not cuDNN's attention, which plans every new batch shape on the CPU), so that peers and
-    ours run the same attention kernels."""
+    """A peer's autocast, under our attention-kernel choice (on CUDA not cuDNN's attention,
+    which plans every new shape on the CPU), so that peers and ours run the same kernels."""
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16), \
+            attention_kernels(device):
+        yield
+
+
+def sync(device: torch.device) -> None:
     if device.type == "cuda":
-        return precision(TrainConfig(bf16=bf16, max_steps=1), device)
-    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16)
+        torch.cuda.synchronize()
+
+
+def device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
 
 
 class Ours:

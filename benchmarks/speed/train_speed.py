@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import torch
-from engines import build, emit
+from engines import build, device_name, emit, sync
 from torch.utils.flop_counter import FlopCounterMode
 
 from transformer_mt.config import ModelConfig, load_config
@@ -45,11 +45,6 @@ def matmul_peak(dtype: torch.dtype, device: torch.device) -> float:
     return best
 
 
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-
-
 def step_flops(cfg: ModelConfig, batch_shapes: list[tuple[int, int, int]]) -> list[int]:
     """Matmul FLOPs of one training step (forward + backward) per batch (B, S, T)."""
     from transformer_mt.model import Transformer
@@ -65,10 +60,6 @@ def step_flops(cfg: ModelConfig, batch_shapes: list[tuple[int, int, int]]) -> li
             model(src, tgt).sum().backward()
         out.append(counter.get_total_flops())
     return out
-
-
-def device_name(device: torch.device) -> str:
-    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
 
 
 def minor_faults() -> int:
