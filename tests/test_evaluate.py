@@ -5,8 +5,14 @@ import sys
 import pytest
 
 from conftest import read_lines
+from transformer_mt.cli import main
 from transformer_mt.data import DataError
-from transformer_mt.evaluate import evaluate_files, moses_tokenize, split_compounds
+from transformer_mt.evaluate import (
+    TokenizedProtocol,
+    evaluate_files,
+    moses_tokenize,
+    split_compounds,
+)
 
 HYPS = ["Ein Mann schläft auf einer Bank.", "Zwei Hunde spielen im Schnee.",
         "Eine Frau mit rotem Hut lacht.", "Kinder spielen Fußball."]
@@ -17,6 +23,15 @@ REFS = ["Ein Mann schläft auf der Bank.", "Zwei Hunde spielen im Schnee.",
 def write(path, lines):
     path.write_text("".join(x + "\n" for x in lines), encoding="utf-8")
     return path
+
+
+def sacrebleu_paired_bs(ref, baseline, hyp, *options):
+    """`sacrebleu REF -i BASELINE HYP --paired-bs -f json`: the system's (score, mean, ci, p)."""
+    out = subprocess.run([sys.executable, "-m", "sacrebleu", str(ref), "-i", str(baseline),
+                          str(hyp), "-m", "bleu", "--paired-bs", "-f", "json", *options],
+                         capture_output=True, text=True, check=True).stdout
+    system = json.loads(out)[1]["BLEU"]
+    return [system[k] for k in ("score", "mean", "ci", "p_value")]
 
 
 def test_evaluate_equals_sacrebleu_command_line(tmp_path):
@@ -65,3 +80,53 @@ def test_paper_protocol_defaults_to_compound_splitting(tmp_path):
     scores = evaluate_files(hyp=hyp, ref=ref, lang="de")
     assert "compound-split:yes" in scores.tok_bleu_protocol and "lc:no" in scores.tok_bleu_protocol
     assert 0 < scores.tok_bleu < 100
+
+
+def drop_words(lines, every):
+    """Each line without every `every`-th word: a worse translation of the same source."""
+    return [" ".join(w for i, w in enumerate(line.split(), 1) if i % every) for line in lines]
+
+
+def test_paired_bootstrap_equals_sacrebleu_command_line(shared_data, tmp_path, monkeypatch):
+    monkeypatch.delenv("SACREBLEU_SEED", raising=False)  # both sides: sacrebleu's seed 12345
+    refs = read_lines(shared_data / "multi30k/val.de.gz", 300)
+    ref = write(tmp_path / "ref", refs)
+    hyp = write(tmp_path / "hyp", drop_words(refs, 4))
+    baseline = write(tmp_path / "base", drop_words(refs, 3))
+    json_out = tmp_path / "scores.json"
+    assert main(["evaluate", "--hyp", str(hyp), "--ref", str(ref), "--baseline", str(baseline),
+                 "--lang", "de", "--bootstrap-samples", "200", "--json", str(json_out)]) == 0
+    sacre, tok = json.loads(json_out.read_text())["against_baseline"]
+    assert sacre["metric"] == "sacreBLEU" and "bs:200|seed:12345|" in sacre["signature"]
+    assert [sacre[k] for k in ("score", "mean", "ci", "p_value")] == pytest.approx(
+        sacrebleu_paired_bs(ref, baseline, hyp, "--paired-bs-n", "200"))
+    # tokBLEU: the same test on the Moses-tokenised, compound-split files, not tokenised again
+    protocol = TokenizedProtocol("de", lowercase=False, compound_split=True)
+    tok_files = [write(tmp_path / f"{f.name}.tok", protocol.hypotheses(lines))
+                 for f, lines in ((ref, refs), (baseline, drop_words(refs, 3)),
+                                  (hyp, drop_words(refs, 4)))]
+    assert tok["metric"] == "tokBLEU"
+    assert [tok[k] for k in ("score", "mean", "ci", "p_value")] == pytest.approx(
+        sacrebleu_paired_bs(*tok_files, "--paired-bs-n", "200", "--tokenize", "none", "--force"))
+
+
+def test_paired_bootstrap_tells_a_real_gain_from_one_sentence(shared_data, tmp_path):
+    refs = read_lines(shared_data / "multi30k/val.de.gz", 300)
+    ref = write(tmp_path / "ref", refs)
+    good = drop_words(refs, 5)
+    hyp = write(tmp_path / "hyp", good)
+    worse = write(tmp_path / "worse", drop_words(refs, 2))
+    one_changed = write(tmp_path / "one", good[:-1] + [drop_words(good[-1:], 2)[0]])
+    (real,) = evaluate_files(hyp=hyp, ref=ref, baseline=worse).against_baseline
+    assert real.score > real.baseline_score + 10 and real.p_value < 0.01
+    assert abs(real.mean - real.score) < real.ci
+    (luck,) = evaluate_files(hyp=hyp, ref=ref, baseline=one_changed).against_baseline
+    assert 0 < luck.score - luck.baseline_score < 0.5 and luck.p_value > 0.05
+    assert luck.ci > luck.score - luck.baseline_score  # the difference is inside the spread
+
+
+def test_baseline_count_mismatch_is_an_error(tmp_path):
+    hyp, ref = write(tmp_path / "hyp", HYPS), write(tmp_path / "ref", REFS)
+    base = write(tmp_path / "base", HYPS[:2])
+    with pytest.raises(DataError, match=r"base has 2 lines but .*ref has 4"):
+        evaluate_files(hyp=hyp, ref=ref, baseline=base)

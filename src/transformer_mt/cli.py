@@ -132,7 +132,8 @@ def _evaluate(args: argparse.Namespace) -> int:
     from .evaluate import evaluate_files
 
     scores = evaluate_files(hyp=args.hyp, ref=args.ref, lang=args.lang, tok_ref=args.tok_ref,
-                            lowercase=args.lowercase, compound_split=args.compound_split)
+                            lowercase=args.lowercase, compound_split=args.compound_split,
+                            baseline=args.baseline, bootstrap_samples=args.bootstrap_samples)
     print("\n".join(scores.lines()))
     if args.json:
         args.json.write_text(json.dumps(dataclasses.asdict(scores), indent=2) + "\n",
@@ -218,7 +219,10 @@ def build_parser() -> argparse.ArgumentParser:
                     "With --lang, also tokenized BLEU (Moses tokenizer; German compounds split "
                     "as tensor2tensor's get_ende_bleu.sh unless --tok-ref is given). For "
                     "Multi30k's literature protocol: --lang de --lowercase --tok-ref "
-                    "test_2016_flickr.lc.norm.tok.de.gz.",
+                    "test_2016_flickr.lc.norm.tok.de.gz. With --baseline, another "
+                    "translation of the same source: is the difference more than the luck of "
+                    "this test set? Paired bootstrap resampling (Koehn, 2004; sacrebleu "
+                    "--paired-bs) of each BLEU, with 95 % intervals and p-values.",
     )
     ev.add_argument("--hyp", required=True, type=Path, help="translations, one per line")
     ev.add_argument("--ref", required=True, type=Path, help="detokenised reference (.gz ok)")
@@ -229,6 +233,10 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--compound-split", action=argparse.BooleanOptionalAction, default=None,
                     help="tokBLEU: split hyphenated compounds (default: on for de without "
                          "--tok-ref)")
+    ev.add_argument("--baseline", type=Path,
+                    help="a baseline's translations of the same source: paired bootstrap test")
+    ev.add_argument("--bootstrap-samples", type=int, default=1000,
+                    help="resamples of the test sentences for --baseline (default: 1000)")
     ev.add_argument("--json", type=Path, help="also write the scores as JSON")
     ev.set_defaults(func=_evaluate)
 
