@@ -7,6 +7,9 @@
 #   ALPHAS="0.6 1.0": length penalties to try on val (default "0.6", the paper's)
 #   BEAMS="4 8": beam sizes to try on val (default "4", the paper's)
 #   MBRS="none bleu": translate --mbr choices to try on val (default "none": the beam's best)
+#   BASELINE=FILE: another system's test translations; the tokenized scoring of test adds paired
+#     bootstrap resampling against them (evaluate --baseline), e.g. an earlier run's
+#     benchmarks/results/*/test_2016_flickr.hyp.de
 set -euo pipefail
 OUT=$1; SRC=$2; TGT=$3
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -15,6 +18,8 @@ AVERAGE=${AVERAGE:-5}
 ALPHAS=${ALPHAS:-0.6}
 BEAMS=${BEAMS:-4}
 MBRS=${MBRS:-none}
+PAIRED=()
+[ -z "${BASELINE:-}" ] || PAIRED=(--baseline "$BASELINE")
 bleu_of() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['bleu'])" "$1"; }
 
 models=""
@@ -59,6 +64,6 @@ TOKREF=$DATA/multi30k/tok/test_2016_flickr.lc.norm.tok.$TGT.gz
 if [ -f "$TOKREF" ]; then
   transformer-mt evaluate --hyp "$OUT/test.hyp.$TGT" \
     --ref "$DATA/multi30k/test_2016_flickr.$TGT.gz" --lang "$TGT" --lowercase \
-    --tok-ref "$TOKREF" --json "$OUT/test.tokbleu.json"
+    --tok-ref "$TOKREF" --json "$OUT/test.tokbleu.json" "${PAIRED[@]}"
 fi
 echo "== $(date -u +%FT%TZ) done"
