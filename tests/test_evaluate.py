@@ -123,6 +123,8 @@ def test_paired_bootstrap_tells_a_real_gain_from_one_sentence(shared_data, tmp_p
     (luck,) = evaluate_files(hyp=hyp, ref=ref, baseline=one_changed).against_baseline
     assert 0 < luck.score - luck.baseline_score < 0.5 and luck.p_value > 0.05
     assert luck.ci > luck.score - luck.baseline_score  # the difference is inside the spread
+    (same,) = evaluate_files(hyp=hyp, ref=ref, baseline=hyp).against_baseline
+    assert same.score == same.baseline_score and same.p_value == 1.0
 
 
 def test_baseline_count_mismatch_is_an_error(tmp_path):

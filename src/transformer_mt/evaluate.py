@@ -155,8 +155,11 @@ def paired_bootstrap(hyps: list[str], baseline: list[str], refs: list[str], *, m
     signatures, results = test()
     (key,) = signatures
     base, system = results[key]
+    # sacrebleu counts resampled differences strictly above the real one, plus one: identical
+    # translations (every difference 0) would get p = 1 / (samples + 1), "significant"
+    p_value = 1.0 if hyps == baseline else float(system.p_value)
     return Comparison(name, float(system.score), float(system.mean), float(system.ci),
-                      float(base.score), float(base.mean), float(base.ci), float(system.p_value),
+                      float(base.score), float(base.mean), float(base.ci), p_value,
                       str(signatures[key]))
 
 
