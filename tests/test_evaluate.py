@@ -91,8 +91,9 @@ def test_paired_bootstrap_equals_sacrebleu_command_line(shared_data, tmp_path, m
     monkeypatch.delenv("SACREBLEU_SEED", raising=False)  # both sides: sacrebleu's seed 12345
     refs = read_lines(shared_data / "multi30k/val.de.gz", 300)
     ref = write(tmp_path / "ref", refs)
-    hyp = write(tmp_path / "hyp", drop_words(refs, 4))
-    baseline = write(tmp_path / "base", drop_words(refs, 3))
+    hyp_lines, baseline_lines = drop_words(refs, 4), drop_words(refs, 3)
+    hyp = write(tmp_path / "hyp", hyp_lines)
+    baseline = write(tmp_path / "base", baseline_lines)
     json_out = tmp_path / "scores.json"
     assert main(["evaluate", "--hyp", str(hyp), "--ref", str(ref), "--baseline", str(baseline),
                  "--lang", "de", "--bootstrap-samples", "200", "--json", str(json_out)]) == 0
@@ -103,8 +104,7 @@ def test_paired_bootstrap_equals_sacrebleu_command_line(shared_data, tmp_path, m
     # tokBLEU: the same test on the Moses-tokenised, compound-split files, not tokenised again
     protocol = TokenizedProtocol("de", lowercase=False, compound_split=True)
     tok_files = [write(tmp_path / f"{f.name}.tok", protocol.hypotheses(lines))
-                 for f, lines in ((ref, refs), (baseline, drop_words(refs, 3)),
-                                  (hyp, drop_words(refs, 4)))]
+                 for f, lines in ((ref, refs), (baseline, baseline_lines), (hyp, hyp_lines))]
     assert tok["metric"] == "tokBLEU"
     assert [tok[k] for k in ("score", "mean", "ci", "p_value")] == pytest.approx(
         sacrebleu_paired_bs(*tok_files, "--paired-bs-n", "200", "--tokenize", "none", "--force"))

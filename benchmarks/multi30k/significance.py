@@ -35,9 +35,12 @@ def main() -> None:
     runs = sorted(path.parent.name for path in RESULTS.glob(pattern))
     if args.baseline not in runs:
         parser.error(f"no {RESULTS / args.baseline / hyp_name}")
+    others = [run for run in runs if run != args.baseline]
+    if not others:
+        parser.error(f"no other {pattern} than the baseline's to compare")
     multi30k = args.data / "multi30k"
     rows = []
-    for run in (r for r in runs if r != args.baseline):
+    for run in others:
         scores = evaluate_files(
             hyp=RESULTS / run / hyp_name, ref=multi30k / f"test_2016_flickr.{args.tgt}.gz",
             lang=args.tgt, lowercase=True,
@@ -54,6 +57,7 @@ def main() -> None:
         tok = row["tokBLEU"]
         print(f"| {row['run']} | {tok['score']:.2f} ± {tok['ci']:.2f} | "
               f"{tok['score'] - tok['baseline_score']:+.2f} | {tok['p_value']:.3f} |")
+    # the signatures and protocol are the same for every run: the last run's say them
     out = RESULTS / f"multi30k-significance-{args.src}-{args.tgt}"
     out.mkdir(exist_ok=True)
     (out / "results.json").write_text(json.dumps({
