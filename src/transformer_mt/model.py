@@ -84,9 +84,11 @@ def keep_mask(shape: torch.Size, threshold: int, device: torch.device) -> Tensor
 
 
 class Embeddings(nn.Module):
-    """Token embedding * sqrt(d_model) + positional encoding, then dropout (§3.4, §3.5, §5.4)."""
+    """Token embedding * sqrt(d_model) + positional encoding, then dropout (§3.4, §3.5, §5.4).
+    word_dropout (not in the paper): in training, zero a token's embedding with this
+    probability, leaving its position; the rest are not rescaled."""
 
-    def __init__(self, cfg: ModelConfig, tokens: nn.Embedding):
+    def __init__(self, cfg: ModelConfig, tokens: nn.Embedding, word_dropout: float = 0.0):
         super().__init__()
         self.tokens = tokens  # may be shared with the other stack and the output layer (§3.4)
         self.scale = math.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0
@@ -97,6 +99,7 @@ class Embeddings(nn.Module):
             self.register_buffer("sinusoids", table, persistent=False)
         self.max_positions = cfg.max_positions
         self.drop = Dropout(cfg.dropout)
+        self.word_dropout = word_dropout
 
     def positions(self, start: int, length: int) -> Tensor:
         if hasattr(self, "learned_positions"):
@@ -110,7 +113,11 @@ class Embeddings(nn.Module):
                 f"sequence of {start + ids_BT.size(1)} positions exceeds "
                 f"model.max_positions={self.max_positions}"
             )
-        x_BTD = self.tokens(ids_BT) * self.scale + self.positions(start, ids_BT.size(1))
+        tokens_BTD = self.tokens(ids_BT)
+        if self.training and self.word_dropout:  # B*T draws: cheap beside the (B, T, D) ones
+            keep_BT1 = torch.rand(*ids_BT.shape, 1, device=ids_BT.device) >= self.word_dropout
+            tokens_BTD = tokens_BTD * keep_BT1
+        x_BTD = tokens_BTD * self.scale + self.positions(start, ids_BT.size(1))
         return self.drop(x_BTD)
 
 
@@ -301,7 +308,7 @@ class Transformer(nn.Module):
             src_tokens = tgt_tokens
         else:
             src_tokens = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.src_embed = Embeddings(cfg, src_tokens)
+        self.src_embed = Embeddings(cfg, src_tokens, cfg.source_word_dropout)
         self.tgt_embed = Embeddings(cfg, tgt_tokens)
         self.encoder = Encoder(cfg)
         self.decoder = Decoder(cfg)
