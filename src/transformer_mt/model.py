@@ -85,8 +85,8 @@ def keep_mask(shape: torch.Size, threshold: int, device: torch.device) -> Tensor
 
 class Embeddings(nn.Module):
     """Token embedding * sqrt(d_model) + positional encoding, then dropout (§3.4, §3.5, §5.4).
-    Deviation when word_dropout > 0 (source side only): in training, zero a token's embedding with this
-    probability, leaving its position; the rest are not rescaled."""
+    Deviation when word_dropout > 0 (the source side's option): in training, zero a token's
+    embedding with this probability, leaving its position; the rest are not rescaled."""
 
     def __init__(self, cfg: ModelConfig, tokens: nn.Embedding, word_dropout: float = 0.0):
         super().__init__()
