@@ -241,6 +241,25 @@ def test_a_timed_cooldown_ends_the_run_on_its_last_step_and_resumes_exactly(
     assert weights_sha256(tmp_path / "again") == weights_sha256(tmp_path / "run")
 
 
+def test_the_last_step_is_validated_before_its_checkpoint_even_on_a_save_step(
+        prepared_multi30k, tmp_path):
+    # step 10 is a save step (every 5), not a validation step (every 4): the run still ends
+    # with the last step's scores, and its checkpoint's state has them; a resume of the
+    # finished run validates nothing again
+    def validated_steps():
+        return [row["step"] for row in map(json.loads, (tmp_path / "run" / "metrics.jsonl")
+                                           .read_text().splitlines()) if row["kind"] == "valid"]
+
+    cfg = config(10, "train.valid_every=4")
+    state = train(cfg, data_dir=prepared_multi30k, run_dir=tmp_path / "run")
+    assert validated_steps() == [4, 8, 10]
+    saved = json.loads((checkpoint_dirs(tmp_path / "run")[-1] / ck.STATE_FILE).read_text())
+    assert saved["step"] == 10
+    assert (saved["best_step"], saved["best_score"]) == (state["best_step"], state["best_score"])
+    train(cfg, data_dir=prepared_multi30k, run_dir=tmp_path / "run")
+    assert validated_steps() == [4, 8, 10]
+
+
 def test_a_run_stopped_before_its_cooldown_ends_says_so(prepared_multi30k, tmp_path, caplog):
     # the cooldown counts to train.max_steps; a run that stops earlier (here on max_epochs, as
     # on max_minutes) never reaches its end, and the log says how to finish it

@@ -504,7 +504,11 @@ def _train(cfg: Config, data_dir: Path, run_dir: Path, ignore_mismatch: bool, wo
             log.info("saved %s", path)
         return path
 
+    validated_step = state["step"]  # a resumed run's last step had its validation
+
     def run_validation() -> None:
+        nonlocal validated_step
+        validated_step = state["step"]
         if valid_data is None or not world.is_main:
             return
         values = validate(model, valid_data, max_tokens=tcfg.max_tokens,
@@ -631,10 +635,12 @@ def _train(cfg: Config, data_dir: Path, run_dir: Path, ignore_mismatch: bool, wo
                     log.info("%.1f minutes left of train.max_minutes: the learning rate falls "
                              "linearly over steps %d-%d, the last of this run",
                              tcfg.max_minutes - seconds / 60, *planned)
-            if state["step"] % tcfg.save_every == 0 or minutes_due:
+            stop = stop_now or out_of_budget()
+            if stop and validated_step != state["step"]:
+                run_validation()  # the last step's scores, in its checkpoint's state
+            if stop or state["step"] % tcfg.save_every == 0 or minutes_due:
                 save()
                 last_save = time.monotonic()
-            stop = stop_now or out_of_budget()
         if state["batch_in_epoch"] >= len(batches):
             state["epoch"] += 1
             state["batch_in_epoch"] = 0
@@ -656,9 +662,10 @@ def _train(cfg: Config, data_dir: Path, run_dir: Path, ignore_mismatch: bool, wo
         log.warning("stopped at step %d of %s: the learning rate's cooldown (steps %d-%d) has "
                     "not finished; %s", state["step"], budget, *cooldown, advice)
     state["train_seconds"] = seconds_before + time.monotonic() - started
-    if saved_step != state["step"]:
-        if state["step"] % tcfg.valid_every:
-            run_validation()
+    if validated_step != state["step"]:  # stopped at an epoch's end (train.max_epochs)
+        run_validation()
+        save()
+    elif saved_step != state["step"]:
         save()
     metrics.close()
     if world.is_main:
