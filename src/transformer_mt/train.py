@@ -504,7 +504,7 @@ def _train(cfg: Config, data_dir: Path, run_dir: Path, ignore_mismatch: bool, wo
             log.info("saved %s", path)
         return path
 
-    validated_step = state["step"]  # a resumed run's last step had its validation
+    validated_step = state["step"]  # the step this process starts from is not validated again
 
     def run_validation() -> None:
         nonlocal validated_step
