@@ -74,6 +74,32 @@ def test_tokenized_bleu_reproduces_multi30k_tok_references(shared_data, tmp_path
     assert "lc:yes" in scores.tok_bleu_protocol and "compound-split:no" in scores.tok_bleu_protocol
 
 
+def test_tokenized_hypotheses_are_scored_as_they_are(shared_data, tmp_path):
+    """A model trained on tok/*.lc.norm.tok writes tokenized, escaped text: scoring it as it is
+    (multi-bleu.perl) gives the reference itself 100, where tokenizing it again escapes the 7
+    lines with &apos; or &quot; a second time."""
+    tok_ref = shared_data / "multi30k/tok/test_2016_flickr.lc.norm.tok.de.gz"
+    refs = read_lines(tok_ref, 1000)
+    hyps = refs[:-1] + [refs[-1].upper()]  # lowercased with --lowercase, not tokenized again
+    hyp, tok_hyp = write(tmp_path / "hyp", hyps), write(tmp_path / "hyp.tok", refs)
+    args = ["evaluate", "--hyp", str(hyp), "--ref", str(tok_ref), "--lang", "de", "--tok-ref",
+            str(tok_ref), "--lowercase"]
+    assert main([*args, "--hyp-tokenized", "--json", str(tmp_path / "as_is.json")]) == 0
+    assert main([*args, "--json", str(tmp_path / "again.json")]) == 0
+    as_is = json.loads((tmp_path / "as_is.json").read_text())
+    again = json.loads((tmp_path / "again.json").read_text())
+    assert as_is["tok_bleu"] == pytest.approx(100.0)
+    assert as_is["tok_bleu_protocol"].endswith("|ref:pre-tokenized|hyp:pre-tokenized")
+    assert sum("&" in line for line in refs) == 7 and 98 < again["tok_bleu"] < 100
+    # the same number as sacrebleu's command line on the files as they are
+    cli = subprocess.run([sys.executable, "-m", "sacrebleu", str(tok_ref), "-i", str(tok_hyp),
+                          "-m", "bleu", "-b", "--tokenize", "none", "--force"],
+                         capture_output=True, text=True, check=True).stdout
+    assert as_is["tok_bleu"] == pytest.approx(float(cli))
+    with pytest.raises(ValueError, match="--tok-ref"):
+        evaluate_files(hyp=hyp, ref=tok_ref, lang="de", hyp_tokenized=True)
+
+
 def test_paper_protocol_defaults_to_compound_splitting(tmp_path):
     hyp = write(tmp_path / "hyp", ["Die Ost-West-Verbindung ist gut."])
     ref = write(tmp_path / "ref", ["Die Ost-West-Verbindung ist schlecht."])

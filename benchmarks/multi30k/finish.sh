@@ -10,6 +10,11 @@
 #   BASELINE=FILE: another system's test translations; the tokenized scoring of test adds paired
 #     bootstrap resampling against them (evaluate --baseline), e.g. an earlier run's
 #     benchmarks/results/*/test_2016_flickr.hyp.de
+#   LC_TOK=1: the run trained on the literature's multi30k/tok/*.lc.norm.tok files (prepared with
+#     --train-src etc.): translate the tokenized test source and score the tokenized, lowercased
+#     hypotheses as they are (evaluate --hyp-tokenized, multi-bleu.perl's way); its sacreBLEU is
+#     then against the tokenized reference, not comparable to a cased model's. No BASELINE:
+#     significance.py compares such runs with cased ones.
 set -euo pipefail
 OUT=$1; SRC=$2; TGT=$3
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -19,7 +24,16 @@ ALPHAS=${ALPHAS:-0.6}
 BEAMS=${BEAMS:-4}
 MBRS=${MBRS:-none}
 PAIRED=()
-[ -z "${BASELINE:-}" ] || PAIRED=(--baseline "$BASELINE")
+[ -z "${BASELINE:-}" ] || [ -n "${LC_TOK:-}" ] || PAIRED=(--baseline "$BASELINE")
+TOKREF=$DATA/multi30k/tok/test_2016_flickr.lc.norm.tok.$TGT.gz
+TEST_SRC=$DATA/multi30k/test_2016_flickr.$SRC.gz
+TEST_REF=$DATA/multi30k/test_2016_flickr.$TGT.gz
+TOK_ARGS=(--lowercase)
+if [ -n "${LC_TOK:-}" ]; then
+  TEST_SRC=$DATA/multi30k/tok/test_2016_flickr.lc.norm.tok.$SRC.gz
+  TEST_REF=$TOKREF
+  TOK_ARGS=(--lowercase --hyp-tokenized)
+fi
 bleu_of() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['bleu'])" "$1"; }
 
 models=""
@@ -57,13 +71,10 @@ echo "$best_beam" > "$OUT/beam"
 echo "$best_mbr" > "$OUT/mbr"
 
 transformer-mt translate --model "$OUT/$best" --alpha "$best_alpha" --beam-size "$best_beam" \
-  --mbr "$best_mbr" --input "$DATA/multi30k/test_2016_flickr.$SRC.gz" --output "$OUT/test.hyp.$TGT"
-transformer-mt evaluate --hyp "$OUT/test.hyp.$TGT" \
-  --ref "$DATA/multi30k/test_2016_flickr.$TGT.gz" --json "$OUT/test.sacrebleu.json"
-TOKREF=$DATA/multi30k/tok/test_2016_flickr.lc.norm.tok.$TGT.gz
+  --mbr "$best_mbr" --input "$TEST_SRC" --output "$OUT/test.hyp.$TGT"
+transformer-mt evaluate --hyp "$OUT/test.hyp.$TGT" --ref "$TEST_REF" --json "$OUT/test.sacrebleu.json"
 if [ -f "$TOKREF" ]; then
-  transformer-mt evaluate --hyp "$OUT/test.hyp.$TGT" \
-    --ref "$DATA/multi30k/test_2016_flickr.$TGT.gz" --lang "$TGT" --lowercase \
-    --tok-ref "$TOKREF" --json "$OUT/test.tokbleu.json" "${PAIRED[@]}"
+  transformer-mt evaluate --hyp "$OUT/test.hyp.$TGT" --ref "$TEST_REF" --lang "$TGT" \
+    "${TOK_ARGS[@]}" --tok-ref "$TOKREF" --json "$OUT/test.tokbleu.json" "${PAIRED[@]}"
 fi
 echo "== $(date -u +%FT%TZ) done"

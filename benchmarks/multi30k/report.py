@@ -40,6 +40,10 @@ def main(out: Path) -> None:
     last_checkpoint = sorted((run / "checkpoints").iterdir())[-1]
     state = json.loads((last_checkpoint / "state.json").read_text())
     selected = (out / "selected").read_text().strip()
+    tokbleu = json.loads((out / "test.tokbleu.json").read_text()) \
+        if (out / "test.tokbleu.json").exists() else None
+    # finish.sh LC_TOK=1: a model of the tok/*.lc.norm.tok files writes tokenized lowercase text
+    tokenized = tokbleu is not None and "hyp:pre-tokenized" in tokbleu["tok_bleu_protocol"]
     results = {
         "task": out.name,
         "languages": config["languages"],
@@ -62,9 +66,11 @@ def main(out: Path) -> None:
         "val": {path.name.removeprefix("val.").removesuffix(".json"): json.loads(path.read_text())
                 for path in sorted(out.glob("val.*.json"))},
         "test_2016_flickr": {
+            "hypotheses": "lowercased and tokenized, as the tok/ files it trained on" if tokenized
+            else "cased, detokenised",
+            # of tokenized hypotheses: against the tokenized reference, not a cased sacreBLEU
             "sacrebleu": json.loads((out / "test.sacrebleu.json").read_text()),
-            "tokenized_lowercased": json.loads((out / "test.tokbleu.json").read_text())
-            if (out / "test.tokbleu.json").exists() else None,
+            "tokenized_lowercased": tokbleu,
         },
     }
     (dest / "results.json").write_text(json.dumps(results, indent=2) + "\n")
@@ -75,7 +81,8 @@ def main(out: Path) -> None:
     if (run / "curves.png").exists():
         shutil.copyfile(run / "curves.png", dest / "curves.png")
     tgt = config["languages"][1]
-    shutil.copyfile(out / f"test.hyp.{tgt}", dest / f"test_2016_flickr.hyp.{tgt}")
+    name = f"test_2016_flickr.{'lc.norm.tok.' if tokenized else ''}hyp.{tgt}"
+    shutil.copyfile(out / f"test.hyp.{tgt}", dest / name)
     print(json.dumps(results["test_2016_flickr"], indent=2))
 
 

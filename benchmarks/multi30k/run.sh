@@ -4,6 +4,8 @@
 # Usage: benchmarks/multi30k/run.sh SRC TGT MINUTES [OUT_DIR]   e.g. run.sh en de 85
 # CONFIG=path.yaml picks another config (default benchmarks/multi30k/multi30k.yaml).
 # TRAIN_ARGS="--train.max_steps=9800 ..." adds overrides to `train`.
+# LC_TOK=1 trains on the literature's lowercased, tokenized multi30k/tok/*.lc.norm.tok files
+# instead of the cased text (finish.sh then scores the tokenized hypotheses as they are).
 # BIDIRECTIONAL_EPOCHS=N trains the first N epochs on both directions of every pair (Ding et al.
 # 2021, bidirectional_data.py), the rest on SRC->TGT.
 # AVERAGE="5 10", ALPHAS="0.6 1.0" and BEAMS="4 8" pass to finish.sh (averaging, selection on
@@ -19,10 +21,19 @@ CONFIG=${CONFIG:-$REPO/benchmarks/multi30k/multi30k.yaml}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/run.log") 2>&1
 echo "== $(date -u +%FT%TZ) multi30k $SRC->$TGT, $MINUTES min, commit $(git -C "$REPO" rev-parse --short HEAD), config $CONFIG ${TRAIN_ARGS:-}" \
-  "BIDIRECTIONAL_EPOCHS=${BIDIRECTIONAL_EPOCHS:-} AVERAGE=${AVERAGE:-} ALPHAS=${ALPHAS:-} BEAMS=${BEAMS:-}"
+  "LC_TOK=${LC_TOK:-} BIDIRECTIONAL_EPOCHS=${BIDIRECTIONAL_EPOCHS:-} AVERAGE=${AVERAGE:-} ALPHAS=${ALPHAS:-} BEAMS=${BEAMS:-}"
 
-[ -f "$OUT/data/meta.json" ] || transformer-mt prepare --dataset multi30k --pair "$SRC-$TGT" \
-  --data-dir "$DATA" --config "$CONFIG" --out "$OUT/data"
+if [ -f "$OUT/data/meta.json" ]; then :
+elif [ -n "${LC_TOK:-}" ]; then
+  TOK=$DATA/multi30k/tok
+  transformer-mt prepare --train-src "$TOK/train.lc.norm.tok.$SRC.gz" \
+    --train-tgt "$TOK/train.lc.norm.tok.$TGT.gz" --valid-src "$TOK/val.lc.norm.tok.$SRC.gz" \
+    --valid-tgt "$TOK/val.lc.norm.tok.$TGT.gz" --src-lang "$SRC" --tgt-lang "$TGT" \
+    --config "$CONFIG" --out "$OUT/data"
+else
+  transformer-mt prepare --dataset multi30k --pair "$SRC-$TGT" --data-dir "$DATA" \
+    --config "$CONFIG" --out "$OUT/data"
+fi
 if [ -n "${BIDIRECTIONAL_EPOCHS:-}" ]; then
   # first both directions of every pair for that many epochs, then SRC->TGT only (one run
   # directory, one schedule; the second leg resumes despite the other data's fingerprint)

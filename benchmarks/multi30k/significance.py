@@ -1,6 +1,9 @@
 """Which Multi30k runs really differ on test? Paired bootstrap resampling (Koehn, 2004) of every
 committed test_2016_flickr translation against one baseline's, on sacreBLEU and on tokenized
 lowercased BLEU, with `transformer-mt evaluate --baseline`'s arithmetic (sacrebleu --paired-bs).
+A run trained on the tok/*.lc.norm.tok files (run.sh LC_TOK=1) commits tokenized lowercase
+translations (test_2016_flickr.lc.norm.tok.hyp.*): those are compared on tokenized BLEU only, as
+they are, against the baseline's translations tokenized by the tok/ files' pipeline.
 
     python benchmarks/multi30k/significance.py --baseline multi30k-en-de [--tgt de]
 
@@ -11,11 +14,12 @@ import argparse
 import json
 import os
 import platform
+import tempfile
 from pathlib import Path
 
 import sacrebleu
 
-from transformer_mt.evaluate import evaluate_files
+from transformer_mt.evaluate import evaluate_files, moses_tokenize, read_text
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "benchmarks" / "results"
@@ -31,24 +35,38 @@ def main() -> None:
                                                     REPO.parent / "shared" / "data")))
     args = parser.parse_args()
     hyp_name = f"test_2016_flickr.hyp.{args.tgt}"
-    pattern = f"multi30k-{args.src}-{args.tgt}*/{hyp_name}"
-    runs = sorted(path.parent.name for path in RESULTS.glob(pattern))
-    if args.baseline not in runs:
-        parser.error(f"no {RESULTS / args.baseline / hyp_name}")
-    others = [run for run in runs if run != args.baseline]
+    tok_hyp_name = f"test_2016_flickr.lc.norm.tok.hyp.{args.tgt}"
+    runs = sorted(path.parent for name in (hyp_name, tok_hyp_name)
+                  for path in RESULTS.glob(f"multi30k-{args.src}-{args.tgt}*/{name}"))
+    baseline = RESULTS / args.baseline / hyp_name
+    if not baseline.exists():
+        parser.error(f"no {baseline}")
+    others = [run for run in runs if run.name != args.baseline]
     if not others:
-        parser.error(f"no other {pattern} than the baseline's to compare")
+        parser.error(f"no other multi30k-{args.src}-{args.tgt}* run than the baseline to compare")
     multi30k = args.data / "multi30k"
-    rows = []
-    for run in others:
-        scores = evaluate_files(
-            hyp=RESULTS / run / hyp_name, ref=multi30k / f"test_2016_flickr.{args.tgt}.gz",
-            lang=args.tgt, lowercase=True,
-            tok_ref=multi30k / "tok" / f"test_2016_flickr.lc.norm.tok.{args.tgt}.gz",
-            baseline=RESULTS / args.baseline / hyp_name)
-        rows.append({"run": run, **{c.metric: {k: round(v, 4) for k, v in vars(c).items()
-                                                if isinstance(v, float)}
-                                    for c in scores.against_baseline}})
+    tok_ref = multi30k / "tok" / f"test_2016_flickr.lc.norm.tok.{args.tgt}.gz"
+    with tempfile.TemporaryDirectory() as tmp:
+        tok_baseline = Path(tmp) / tok_hyp_name
+        tok_baseline.write_text("".join(
+            line + "\n" for line in moses_tokenize(read_text(baseline), args.tgt, lowercase=True)))
+        rows = []
+        for run in others:
+            tokenized = (run / tok_hyp_name).exists()
+            scores = evaluate_files(
+                hyp=run / (tok_hyp_name if tokenized else hyp_name),
+                ref=tok_ref if tokenized else multi30k / f"test_2016_flickr.{args.tgt}.gz",
+                lang=args.tgt, lowercase=True, tok_ref=tok_ref, hyp_tokenized=tokenized,
+                baseline=tok_baseline if tokenized else baseline)
+            row = {"run": run.name, **{
+                c.metric: {k: round(v, 4) for k, v in vars(c).items() if isinstance(v, float)}
+                # tokenized translations: their sacreBLEU would be of tokenized lowercase text
+                for c in scores.against_baseline if not tokenized or c.metric == "tokBLEU"}}
+            if tokenized:
+                row["tok_bleu_protocol"] = scores.tok_bleu_protocol
+            else:
+                cased = scores
+            rows.append(row)
     base = rows[0]["tokBLEU"]
     print(f"| run | test tok. lc. BLEU ± 95 % | vs {args.baseline} | p |\n|---|---|---|---|\n"
           f"| {args.baseline} (baseline) | {base['baseline_score']:.2f} ± "
@@ -57,13 +75,13 @@ def main() -> None:
         tok = row["tokBLEU"]
         print(f"| {row['run']} | {tok['score']:.2f} ± {tok['ci']:.2f} | "
               f"{tok['score'] - tok['baseline_score']:+.2f} | {tok['p_value']:.3f} |")
-    # the signatures and protocol are the same for every run: the last run's say them
+    # the signatures and protocol are the same for every cased run: the last one's say them
     out = RESULTS / f"multi30k-significance-{args.src}-{args.tgt}"
     out.mkdir(exist_ok=True)
     (out / "results.json").write_text(json.dumps({
         "baseline": args.baseline, "test": f"test_2016_flickr.{args.tgt}",
-        "signatures": {c.metric: c.signature for c in scores.against_baseline},
-        "tok_bleu_protocol": scores.tok_bleu_protocol,
+        "signatures": {c.metric: c.signature for c in cased.against_baseline},
+        "tok_bleu_protocol": cased.tok_bleu_protocol,
         "sacrebleu": sacrebleu.__version__, "python": platform.python_version(),
         "runs": rows}, indent=2) + "\n")
 

@@ -133,7 +133,8 @@ def _evaluate(args: argparse.Namespace) -> int:
 
     scores = evaluate_files(hyp=args.hyp, ref=args.ref, lang=args.lang, tok_ref=args.tok_ref,
                             lowercase=args.lowercase, compound_split=args.compound_split,
-                            baseline=args.baseline, bootstrap_samples=args.bootstrap_samples)
+                            hyp_tokenized=args.hyp_tokenized, baseline=args.baseline,
+                            bootstrap_samples=args.bootstrap_samples)
     print("\n".join(scores.lines()))
     if args.json:
         args.json.write_text(json.dumps(dataclasses.asdict(scores), indent=2) + "\n",
@@ -230,6 +231,10 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--tok-ref", type=Path, help="an already tokenized reference for tokBLEU")
     ev.add_argument("--lowercase", action="store_true",
                     help="tokBLEU: lowercase and normalise punctuation first (Multi30k tok/)")
+    ev.add_argument("--hyp-tokenized", action="store_true",
+                    help="tokBLEU: the hypotheses (and --baseline) are tokenized like --tok-ref "
+                         "already, e.g. from a model trained on Multi30k's tok/*.lc.norm.tok "
+                         "files: score them as they are (multi-bleu.perl)")
     ev.add_argument("--compound-split", action=argparse.BooleanOptionalAction, default=None,
                     help="tokBLEU: split hyphenated compounds (default: on for de without "
                          "--tok-ref)")

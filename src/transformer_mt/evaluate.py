@@ -110,25 +110,34 @@ def split_compounds(lines: list[str]) -> list[str]:
 @dataclass(frozen=True)
 class TokenizedProtocol:
     """Which tokenized BLEU: Moses tokenisation for `lang` (lowercased and punctuation-normalised
-    first with `lowercase`), compound splitting, and whether the reference is tokenised already."""
+    first with `lowercase`), compound splitting, and whether the reference and the hypotheses
+    are tokenised already. Tokenised hypotheses (of a model trained on tokenised text, such as
+    Multi30k's tok/ files) are scored as they are, as multi-bleu.perl does, lowercased with
+    `lowercase`: tokenising them again would escape their escapes (&apos; -> &amp; apos ;)."""
     lang: str
     lowercase: bool
     compound_split: bool
     refs_tokenized: bool = False
+    hyps_tokenized: bool = False
 
     def hypotheses(self, lines: list[str]) -> list[str]:
-        lines = moses_tokenize(lines, self.lang, lowercase=self.lowercase)
-        return split_compounds(lines) if self.compound_split else lines
+        return self._tokenized(lines, already=self.hyps_tokenized)
 
     def references(self, lines: list[str]) -> list[str]:
-        if not self.refs_tokenized:
+        return self._tokenized(lines, already=self.refs_tokenized)
+
+    def _tokenized(self, lines: list[str], *, already: bool) -> list[str]:
+        if not already:
             lines = moses_tokenize(lines, self.lang, lowercase=self.lowercase)
+        elif self.lowercase:
+            lines = [line.lower() for line in lines]
         return split_compounds(lines) if self.compound_split else lines
 
     def __str__(self) -> str:
         return (f"moses-tok:{self.lang}|lc:{'yes' if self.lowercase else 'no'}|"
                 f"compound-split:{'yes' if self.compound_split else 'no'}|"
-                f"ref:{'pre-tokenized' if self.refs_tokenized else 'tokenized-here'}")
+                f"ref:{'pre-tokenized' if self.refs_tokenized else 'tokenized-here'}"
+                + ("|hyp:pre-tokenized" if self.hyps_tokenized else ""))
 
 
 def tokenized_bleu_metric() -> BLEU:
@@ -165,12 +174,17 @@ def paired_bootstrap(hyps: list[str], baseline: list[str], refs: list[str], *, m
 
 def evaluate_files(*, hyp: Path, ref: Path, lang: str | None = None, tok_ref: Path | None = None,
                    lowercase: bool = False, compound_split: bool | None = None,
-                   baseline: Path | None = None,
+                   hyp_tokenized: bool = False, baseline: Path | None = None,
                    bootstrap_samples: int = BOOTSTRAP_SAMPLES) -> Scores:
     """sacreBLEU and chrF of `hyp` against `ref`, and tokenized BLEU when `lang` is given
-    (against `tok_ref` when given, an already tokenised reference such as Multi30k's tok/).
+    (against `tok_ref` when given, an already tokenised reference such as Multi30k's tok/;
+    with `hyp_tokenized` the hypotheses, and a baseline's, are tokenised like it already).
     With `baseline`, another translation of the same source: each BLEU of both by paired
     bootstrap resampling over `bootstrap_samples` resamples of the sentences."""
+    if hyp_tokenized and (lang is None or tok_ref is None):
+        raise ValueError("hypotheses tokenized already are scored against a reference tokenized "
+                         "the same way: give the target language and the tokenized reference "
+                         "(evaluate --lang, --tok-ref)")
     hyps, refs = read_text(hyp), read_text(ref)
     check_counts(hyps, refs, str(hyp), str(ref))
     base = None
@@ -190,7 +204,8 @@ def evaluate_files(*, hyp: Path, ref: Path, lang: str | None = None, tok_ref: Pa
     if tok_ref is not None:
         tok_refs = read_text(tok_ref)
         check_counts(hyps, tok_refs, str(hyp), str(tok_ref))
-    protocol = TokenizedProtocol(lang, lowercase, compound_split, tok_ref is not None)
+    protocol = TokenizedProtocol(lang, lowercase, compound_split, tok_ref is not None,
+                                 hyp_tokenized)
     tok_hyps, tok_refs = protocol.hypotheses(hyps), protocol.references(tok_refs)
     tok = tokenized_bleu_metric().corpus_score(tok_hyps, [tok_refs]).score
     if base is not None:
