@@ -28,13 +28,14 @@ score() { # name data model
   local n=$1 data=$2 m=$3 dir mid; read -r dir mid <<< "$(files "$data")"
   $TM translate --model "$W/$n/$m" --input "$dir/test_2016_flickr$mid.en.gz" --output "$W/$n/test.$m.de" --device "${DEV:-cuda}" \
     --batch-size 128 > /dev/null 2>&1
-  python3 - "$W/$n/test.$m.de" "$n" "$m" "$W/$n/run/metrics.jsonl" <<'PY' >> "$OUT/scores.txt"
+  python3 - "$W/$n/test.$m.de" "$n" "$m" "$W/$n/run/metrics.jsonl" "$data" <<'PY' >> "$OUT/scores.txt"
 import json, os, sys
 from transformer_mt.evaluate import read_text, tokenized_bleu
-hyp, n, m, metrics = sys.argv[1:]
+hyp, n, m, metrics, data = sys.argv[1:]
 ref = read_text(os.environ["D"] + "/tok/test_2016_flickr.lc.norm.tok.de.gz")
+# a model of the lc files writes tokenized text: scored as it is (evaluate --hyp-tokenized)
 bleu = tokenized_bleu(read_text(hyp), ref, lang="de", lowercase=True, compound_split=False,
-                      refs_tokenized=True)[0]
+                      refs_tokenized=True, hyps_tokenized=data == "lc")[0]
 rows = [json.loads(line) for line in open(metrics)]
 valid = [(r["step"], round(r["bleu"], 1)) for r in rows if r["kind"] == "valid"]
 step = [r["step"] for r in rows if r["kind"] == "train"][-1]

@@ -146,9 +146,10 @@ def tokenized_bleu_metric() -> BLEU:
 
 
 def tokenized_bleu(hyps: list[str], refs: list[str], *, lang: str, lowercase: bool,
-                   compound_split: bool, refs_tokenized: bool = False) -> tuple[float, str]:
+                   compound_split: bool, refs_tokenized: bool = False,
+                   hyps_tokenized: bool = False) -> tuple[float, str]:
     """BLEU on Moses-tokenised text, and the protocol string that says which."""
-    protocol = TokenizedProtocol(lang, lowercase, compound_split, refs_tokenized)
+    protocol = TokenizedProtocol(lang, lowercase, compound_split, refs_tokenized, hyps_tokenized)
     score = tokenized_bleu_metric().corpus_score(protocol.hypotheses(hyps),
                                                  [protocol.references(refs)]).score
     return score, str(protocol)
