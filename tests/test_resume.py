@@ -15,7 +15,14 @@ from transformer_mt.config import load_config
 from transformer_mt.data import ParallelData, token_batches
 from transformer_mt.model import Transformer
 from transformer_mt.model_io import ModelLoadError
-from transformer_mt.train import STATE_KEYS, ResumeError, learning_rate, resume, train
+from transformer_mt.train import (
+    STATE_KEYS,
+    ResumeError,
+    learning_rate,
+    plan_cooldown,
+    resume,
+    train,
+)
 from transformer_mt.translator import Translator
 
 OVERRIDES = ["train.max_tokens=800", "train.warmup_steps=20", "train.log_every=1",
@@ -213,28 +220,43 @@ def weights_sha256(run_dir) -> str:
 def test_a_timed_cooldown_ends_the_run_on_its_last_step_and_resumes_exactly(
         prepared_multi30k, tmp_path, monkeypatch):
     # one (fake) minute of training; when half a minute is left the rate starts falling
-    # linearly over the steps that the pace so far fits in, and the run ends on the last one
+    # linearly over the steps that the pace so far fits in, re-planned at every checkpoint step
+    # (5) from the pace since then, and the run ends on the last one
     timed = ("train.max_minutes=1", "train.lr_cooldown_minutes=0.5")
     monkeypatch.setattr("transformer_mt.train.time", FakeClock(0.25))
     cfg = config(100_000, *timed)
     state = train(cfg, data_dir=prepared_multi30k, run_dir=tmp_path / "run")
     first, last = state["cooldown"]
-    assert 1 < first < last == state["step"] and state["train_seconds"] <= 60
+    planned_at, seconds_then = state["cooldown_since"]
+    assert 1 < planned_at < last == state["step"] and state["train_seconds"] <= 60
+    # the first plan kept 3 % of the time left in reserve at the pace so far; the re-plans
+    # spent most of it (each step here reads the fake clock as often as any other)
+    first_plan = plan_cooldown(cfg.train, {"step": planned_at, "train_seconds": seconds_then})
+    assert first_plan[0] == planned_at + 1 and first_plan[1] < last
     logged = {row["step"]: row["lr"] for row in map(json.loads,
               (tmp_path / "run" / "metrics.jsonl").read_text().splitlines())
               if row["kind"] == "train"}
     assert sorted(logged) == list(range(1, last + 1))
-    for step, lr in logged.items():  # eq. (3) until `first`, then the linear fall
-        assert lr == pytest.approx(learning_rate(step, cfg.train, cfg.model.d_model,
-                                                 (first, last)))
-    assert logged[last] == pytest.approx(logged[first] * first**0.5 / last**0.5
-                                         / (last - first + 1))
-    # stopped two steps into the cooldown (on max_steps), then resumed: the cooldown comes from
-    # the checkpoint, and the run ends with the same weights
+    of_eq3 = {step: lr / learning_rate(step, cfg.train, cfg.model.d_model)
+              for step, lr in logged.items()}
+    assert all(of_eq3[step] == pytest.approx(1.0) for step in range(1, planned_at + 2))
+    falls = [of_eq3[step] - of_eq3[step + 1] for step in range(planned_at + 1, last)]
+    assert min(falls) > 0 and max(falls) < 2 * min(falls)  # a line bent a little, no jump
+    replanned_at = last - 1 - (last - 1) % 5  # the last checkpoint step before the end
+    for step in range(replanned_at + 1, last + 1):  # the last line, to 1/(last - first + 1)
+        assert logged[step] == pytest.approx(learning_rate(step, cfg.train, cfg.model.d_model,
+                                                           (first, last)))
+    # stopped one step after the last re-plan (on max_steps), then resumed: the re-planned
+    # cooldown comes from the checkpoint, and the run ends with the same weights. (Resumed
+    # before a re-plan, the time left would differ by the restart's clock readings, and the end
+    # with it: a run on a time budget ends where its clock says.)
+    assert planned_at < replanned_at < last - 1
     monkeypatch.setattr("transformer_mt.train.time", FakeClock(0.25))
-    stopped = train(config(first + 2, *timed), data_dir=prepared_multi30k,
+    stopped = train(config(replanned_at + 1, *timed), data_dir=prepared_multi30k,
                     run_dir=tmp_path / "again")
-    assert stopped["step"] == first + 2 and stopped["cooldown"] == [first, last]
+    assert stopped["step"] == replanned_at + 1
+    assert stopped["cooldown"] == [first, last]
+    assert stopped["cooldown_since"] == [planned_at, seconds_then]
     monkeypatch.setattr("transformer_mt.train.time", FakeClock(0.25))
     resumed = train(cfg, data_dir=prepared_multi30k, run_dir=tmp_path / "again")
     assert resumed["step"] == last

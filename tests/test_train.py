@@ -14,6 +14,7 @@ from transformer_mt.train import (
     make_optimizer,
     noam_lr,
     plan_cooldown,
+    replan_cooldown,
 )
 
 
@@ -66,6 +67,31 @@ def test_timed_cooldown_is_planned_from_the_pace_when_its_minutes_are_left():
                 {"lr_cooldown_minutes": 5.0, "lr_cooldown_steps": 10}):
         with pytest.raises(ValueError, match="lr_cooldown_minutes"):
             TrainConfig(**({"max_minutes": 90.0} | bad))
+
+
+def test_a_timed_cooldown_is_replanned_from_the_pace_since_it_began():
+    tcfg = TrainConfig(max_minutes=90.0, lr_cooldown_minutes=20.0)
+    # planned at step 6000 after 70 minutes (0.7 s a step): steps 6001-7662
+    state = {"step": 6500, "cooldown": [6001, 7662], "cooldown_since": [6000, 4200.0]}
+    # the machine got faster: 500 steps in 4 minutes (0.48 s) leave 16 minutes, 97 % of them
+    # 1,940 steps (1940.0 rounded down): the cooldown ends at 8,440 instead of 7,662
+    first, last = replan_cooldown(tcfg, state | {"train_seconds": 4440.0})
+    assert last == 6500 + 1940
+    # the rate falls on from its value at step 6501 (1162 / 1662 of eq. (3)) to the new end
+    rate = 1162 / 1662
+    assert (last - 6501 + 1) / (last - first + 1) == pytest.approx(rate)
+    assert 1 / (last - first + 1) == pytest.approx(rate / 1940)  # at the last step
+    # slower (0.9 s a step): it ends sooner, at a step the time left still fits
+    first, last = replan_cooldown(tcfg, state | {"train_seconds": 4650.0})
+    assert last == 6500 + int(0.97 * 750 / 0.9)
+    assert (last - 6500) / (last - first + 1) == pytest.approx(rate)
+    # nothing to re-plan: not planned, planned by an older version, over, at its first step,
+    # or a cooldown by steps
+    for other in ({"cooldown": None}, {"cooldown_since": None}, {"step": 7662},
+                  {"step": 6000}):
+        assert replan_cooldown(tcfg, state | {"train_seconds": 4440.0} | other) is None
+    by_steps = TrainConfig(max_steps=8000, lr_cooldown_steps=1000)
+    assert replan_cooldown(by_steps, state | {"train_seconds": 4440.0}) is None
 
 
 @settings(max_examples=40, deadline=None)

@@ -47,10 +47,11 @@ def noam_lr(step: int, *, d_model: int, warmup_steps: int, scale: float = 1.0) -
 
 
 def learning_rate(step: int, tcfg: TrainConfig, d_model: int,
-                  cooldown: tuple[int, int] | None = None) -> float:
+                  cooldown: tuple[float, int] | None = None) -> float:
     """The rate of update `step` (from 1): eq. (3) times train.lr_scale; over a cooldown
     (first, last) (`cooldown_steps`), times min(1, (last - step + 1) / (last - first + 1)),
-    falling linearly to 1/(last - first + 1) of eq. (3) at its last step."""
+    falling linearly to 1/(last - first + 1) of eq. (3) at its last step (a re-planned
+    cooldown's `first` is where its line would start: `replan_cooldown`)."""
     lr = noam_lr(step, d_model=d_model, warmup_steps=tcfg.warmup_steps, scale=tcfg.lr_scale)
     if cooldown is not None:
         first, last = cooldown
@@ -58,7 +59,7 @@ def learning_rate(step: int, tcfg: TrainConfig, d_model: int,
     return lr
 
 
-def cooldown_steps(tcfg: TrainConfig, state: dict) -> tuple[int, int] | None:
+def cooldown_steps(tcfg: TrainConfig, state: dict) -> tuple[float, int] | None:
     """The first and last step of the rate's cooldown, if any: the last
     train.lr_cooldown_steps of train.max_steps, or the steps `plan_cooldown` chose when
     train.lr_cooldown_minutes were left of train.max_minutes (kept in the run's state)."""
@@ -79,6 +80,26 @@ def plan_cooldown(tcfg: TrainConfig, state: dict) -> list[int] | None:
         return None
     pace = state["train_seconds"] / state["step"]
     return [state["step"] + 1, state["step"] + max(1, int(0.97 * left / pace))]
+
+
+def replan_cooldown(tcfg: TrainConfig, state: dict) -> list[float] | None:
+    """A timed cooldown planned at step s0 after t0 train seconds (state "cooldown_since"),
+    re-planned at a later step s (a checkpoint step: `train`) because a machine's speed drifts:
+    its last step becomes the one that the pace since s0 fits into 97 % of the time left, and
+    the rate falls on in a straight line from its value at step s + 1 to that step. Returns
+    [first, last] of the new line (`first`, where it would reach eq. (3)'s full rate, need not
+    be a whole step); None for a cooldown by steps, one not planned, over or older than this."""
+    cooldown, since = state.get("cooldown"), state.get("cooldown_since")
+    if not tcfg.lr_cooldown_minutes or not cooldown or not since:
+        return None
+    (first, last), (s0, t0) = cooldown, since
+    step, seconds = state["step"], state["train_seconds"]
+    if not s0 < step < last:
+        return None
+    pace = (seconds - t0) / (step - s0)
+    new_last = step + max(1, int(0.97 * (60 * tcfg.max_minutes - seconds) / pace))
+    rate = (last - step) / (last - first + 1)  # of eq. (3), at step + 1
+    return [new_last + 1 - (new_last - step) / rate, new_last]
 
 
 def label_smoothed_nll(x_ND: Tensor, weight_VD: Tensor, target_N: Tensor, *, eps: float,
@@ -356,7 +377,7 @@ def new_state(cfg: Config, meta: dict, world: World) -> dict:
             "shuffle_seed": cfg.train.seed, "best_score": None, "best_step": None,
             "bad_validations": 0, "nonfinite_steps": 0, "nonfinite_in_a_row": 0,
             "grad_scaler": {}, "world_size": world.size, "train_seconds": 0.0,
-            "cooldown": None, "fingerprint": fingerprint(cfg, meta)}
+            "cooldown": None, "cooldown_since": None, "fingerprint": fingerprint(cfg, meta)}
 
 
 def resume(path: Path, model: Transformer, optimizer: torch.optim.Optimizer,
@@ -630,11 +651,18 @@ def _train(cfg: Config, data_dir: Path, run_dir: Path, ignore_mismatch: bool, wo
                 run_validation()
             stop_now, minutes_due, seconds = stop_and_save_due()
             if planned := plan_cooldown(tcfg, state | {"train_seconds": seconds}):
-                state["cooldown"] = planned
+                state["cooldown"], state["cooldown_since"] = planned, [state["step"], seconds]
                 if world.is_main:
                     log.info("%.1f minutes left of train.max_minutes: the learning rate falls "
                              "linearly over steps %d-%d, the last of this run",
                              tcfg.max_minutes - seconds / 60, *planned)
+            elif state["step"] % tcfg.save_every == 0 and \
+                    (replanned := replan_cooldown(tcfg, state | {"train_seconds": seconds})):
+                if world.is_main and replanned[1] != state["cooldown"][1]:
+                    log.info("%.1f minutes left of train.max_minutes: at the pace since the "
+                             "cooldown began, it ends at step %d (planned: %d)",
+                             tcfg.max_minutes - seconds / 60, replanned[1], state["cooldown"][1])
+                state["cooldown"] = replanned
             stop = stop_now or out_of_budget()
             if stop and validated_step != state["step"]:
                 run_validation()  # the last step's scores, in its checkpoint's state
@@ -659,8 +687,8 @@ def _train(cfg: Config, data_dir: Path, run_dir: Path, ignore_mismatch: bool, wo
             budget = f"train.max_minutes={tcfg.max_minutes:g}"
             advice = "the steps ran slower than before it; run train again on this run " \
                 "directory with a larger train.max_minutes to finish it"
-        log.warning("stopped at step %d of %s: the learning rate's cooldown (steps %d-%d) has "
-                    "not finished; %s", state["step"], budget, *cooldown, advice)
+        log.warning("stopped at step %d of %s: the learning rate's cooldown (to step %d) has "
+                    "not finished; %s", state["step"], budget, cooldown[1], advice)
     state["train_seconds"] = seconds_before + time.monotonic() - started
     if validated_step != state["step"]:  # stopped at an epoch's end (train.max_epochs)
         run_validation()
