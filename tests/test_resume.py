@@ -218,7 +218,7 @@ def weights_sha256(run_dir) -> str:
 
 
 def test_a_timed_cooldown_ends_the_run_on_its_last_step_and_resumes_exactly(
-        prepared_multi30k, tmp_path, monkeypatch):
+        prepared_multi30k, tmp_path, monkeypatch, caplog):
     # one (fake) minute of training; when half a minute is left the rate starts falling
     # linearly over the steps that the pace so far fits in, re-planned at every checkpoint step
     # (5) from the pace since then, and the run ends on the last one
@@ -255,6 +255,8 @@ def test_a_timed_cooldown_ends_the_run_on_its_last_step_and_resumes_exactly(
     stopped = train(config(replanned_at + 1, *timed), data_dir=prepared_multi30k,
                     run_dir=tmp_path / "again")
     assert stopped["step"] == replanned_at + 1
+    assert any("cooldown (to step" in r.getMessage() and "train.max_steps, " in r.getMessage()
+               for r in caplog.records if r.levelname == "WARNING")  # not "ran slower"
     assert stopped["cooldown"] == [first, last]
     assert stopped["cooldown_since"] == [planned_at, seconds_then]
     monkeypatch.setattr("transformer_mt.train.time", FakeClock(0.25))
