@@ -14,15 +14,26 @@ import argparse
 import json
 import os
 import platform
-import tempfile
 from pathlib import Path
 
 import sacrebleu
 
-from transformer_mt.evaluate import evaluate_files, moses_tokenize, read_text
+from transformer_mt.evaluate import (
+    Comparison,
+    TokenizedProtocol,
+    evaluate_files,
+    moses_tokenize,
+    paired_bootstrap,
+    read_text,
+    tokenized_bleu_metric,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "benchmarks" / "results"
+
+
+def rounded(comparison: Comparison) -> dict[str, float]:
+    return {k: round(v, 4) for k, v in vars(comparison).items() if isinstance(v, float)}
 
 
 def main() -> None:
@@ -46,27 +57,27 @@ def main() -> None:
         parser.error(f"no other multi30k-{args.src}-{args.tgt}* run than the baseline to compare")
     multi30k = args.data / "multi30k"
     tok_ref = multi30k / "tok" / f"test_2016_flickr.lc.norm.tok.{args.tgt}.gz"
-    with tempfile.TemporaryDirectory() as tmp:
-        tok_baseline = Path(tmp) / tok_hyp_name
-        tok_baseline.write_text("".join(
-            line + "\n" for line in moses_tokenize(read_text(baseline), args.tgt, lowercase=True)))
-        rows = []
-        for run in others:
-            tokenized = (run / tok_hyp_name).exists()
-            scores = evaluate_files(
-                hyp=run / (tok_hyp_name if tokenized else hyp_name),
-                ref=tok_ref if tokenized else multi30k / f"test_2016_flickr.{args.tgt}.gz",
-                lang=args.tgt, lowercase=True, tok_ref=tok_ref, hyp_tokenized=tokenized,
-                baseline=tok_baseline if tokenized else baseline)
-            row = {"run": run.name, **{
-                c.metric: {k: round(v, 4) for k, v in vars(c).items() if isinstance(v, float)}
-                # tokenized translations: their sacreBLEU would be of tokenized lowercase text
-                for c in scores.against_baseline if not tokenized or c.metric == "tokBLEU"}}
-            if tokenized:
-                row["tok_bleu_protocol"] = scores.tok_bleu_protocol
-            else:
-                cased = scores
-            rows.append(row)
+    # tokenized translations are scored as they are, the baseline's by the tok/ files' pipeline
+    as_they_are = TokenizedProtocol(args.tgt, lowercase=True, compound_split=False,
+                                    refs_tokenized=True, hyps_tokenized=True)
+    tok_baseline = None
+    rows = []
+    for run in others:
+        if not (run / tok_hyp_name).exists():
+            cased = evaluate_files(
+                hyp=run / hyp_name, ref=multi30k / f"test_2016_flickr.{args.tgt}.gz",
+                lang=args.tgt, lowercase=True, tok_ref=tok_ref, baseline=baseline)
+            rows.append({"run": run.name, **{c.metric: rounded(c)
+                                             for c in cased.against_baseline}})
+            continue
+        if tok_baseline is None:
+            tok_baseline = moses_tokenize(read_text(baseline), args.tgt, lowercase=True)
+        # only tokBLEU: their sacreBLEU would be of tokenized lowercase text
+        tok = paired_bootstrap(as_they_are.hypotheses(read_text(run / tok_hyp_name)),
+                               tok_baseline, as_they_are.references(read_text(tok_ref)),
+                               metric=tokenized_bleu_metric(), name="tokBLEU")
+        rows.append({"run": run.name, "tokBLEU": rounded(tok),
+                     "tok_bleu_protocol": str(as_they_are)})
     base = rows[0]["tokBLEU"]
     print(f"| run | test tok. lc. BLEU ± 95 % | vs {args.baseline} | p |\n|---|---|---|---|\n"
           f"| {args.baseline} (baseline) | {base['baseline_score']:.2f} ± "

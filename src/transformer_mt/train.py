@@ -683,14 +683,13 @@ def _train(cfg: Config, data_dir: Path, run_dir: Path, ignore_mismatch: bool, wo
             budget = f"train.max_steps={tcfg.max_steps}"
             advice = "run train again on this run directory to finish it, or lower " \
                 "train.max_steps to fit the time budget"
-        elif state["train_seconds"] >= 60 * tcfg.max_minutes:
-            budget = f"train.max_minutes={tcfg.max_minutes:g}"
-            advice = "the steps ran slower than planned; run train again on this run " \
-                "directory with a larger train.max_minutes to finish it"
         else:
             budget = f"train.max_minutes={tcfg.max_minutes:g}"
-            advice = "train.max_steps, train.max_epochs or train.patience stopped it first; " \
-                "run train again on this run directory with a larger one to finish it"
+            advice = "the steps ran slower than planned; run train again on this run " \
+                "directory with a larger train.max_minutes to finish it" \
+                if state["train_seconds"] >= 60 * tcfg.max_minutes else \
+                "train.max_steps, train.max_epochs or train.patience stopped it first; run " \
+                "train again on this run directory with a larger one to finish it"
         log.warning("stopped at step %d of %s: the learning rate's cooldown (to step %d) has "
                     "not finished; %s", state["step"], budget, cooldown[1], advice)
     state["train_seconds"] = seconds_before + time.monotonic() - started
