@@ -284,6 +284,34 @@ def test_the_last_step_is_validated_before_its_checkpoint_even_on_a_save_step(
     assert validated_steps() == [4, 8, 10]
 
 
+def test_a_max_epochs_stop_on_a_save_step_writes_its_checkpoint_once(
+        prepared_multi30k, tmp_path, monkeypatch):
+    # the epoch's last step is validated before it is saved, so it is saved once: a second save
+    # of the same step would replace a complete checkpoint, not atomically; a resume of the
+    # finished run neither trains, validates nor saves
+    import transformer_mt.train as train_module
+
+    epoch = train(config(0, "train.max_epochs=1"), data_dir=prepared_multi30k,
+                  run_dir=tmp_path / "probe")["step"]
+    saved_steps = []
+
+    def counting_save(**kwargs):
+        saved_steps.append(kwargs["state"]["step"])
+        return save_checkpoint(**kwargs)
+
+    monkeypatch.setattr(train_module, "save_checkpoint", counting_save)
+    cfg = config(0, "train.max_epochs=1", f"train.save_every={epoch}")
+    state = train(cfg, data_dir=prepared_multi30k, run_dir=tmp_path / "run")
+    assert state["step"] == epoch and saved_steps == [epoch]
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text()
+            .splitlines()]
+    assert [row["step"] for row in rows if row["kind"] == "valid"] == [epoch]
+    saved = json.loads((checkpoint_dirs(tmp_path / "run")[-1] / ck.STATE_FILE).read_text())
+    assert saved["best_step"] == epoch
+    assert train(cfg, data_dir=prepared_multi30k, run_dir=tmp_path / "run")["step"] == epoch
+    assert saved_steps == [epoch]
+
+
 def test_a_run_stopped_before_its_cooldown_ends_says_so(prepared_multi30k, tmp_path, caplog):
     # the cooldown counts to train.max_steps; a run that stops earlier (here on max_epochs, as
     # on max_minutes) never reaches its end, and the log says how to finish it

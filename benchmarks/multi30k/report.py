@@ -50,7 +50,10 @@ def main(out: Path) -> None:
         "commit": run_commit(out / "run.log"),
         "machine": {"cpu": platform.processor() or platform.machine(),
                     "threads": torch.get_num_threads(), "torch": torch.__version__,
-                    "python": platform.python_version()},
+                    "python": platform.python_version(),
+                    # train's matmul probe at each (re)start: the machine's pace that day
+                    "float32_matmul_gflops": [m["float32_matmul_gflops"] for m in metrics
+                                              if m["kind"] == "machine"]},
         "model": config["model"],
         "train": {"steps": state["step"], "epochs": state["epoch"],
                   "target_tokens": state["tokens"],

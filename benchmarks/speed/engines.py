@@ -299,7 +299,7 @@ def source_digest() -> str:
 
 def cpu_model() -> str:
     """The CPU's model name and the bf16 matrix instructions it offers (which decide whether
-    bf16 pays: bf16_check.py), from /proc/cpuinfo where there is one."""
+    bf16 pays: cpu_speed.py), from /proc/cpuinfo where there is one."""
     try:
         first = Path("/proc/cpuinfo").read_text().split("\n\n")[0]
     except OSError:

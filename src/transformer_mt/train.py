@@ -20,7 +20,6 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.parallel import DistributedDataParallel
 
 from .attention import attention_kernels
-from .bf16_check import warn_if_bf16_is_slow
 from .checkpoint import (
     STATE_FILE,
     clean_temporaries,
@@ -30,6 +29,7 @@ from .checkpoint import (
     save_checkpoint,
 )
 from .config import Config, ModelConfig, TrainConfig, config_to_dict
+from .cpu_speed import matmul_gflops, warn_if_bf16_is_slow
 from .data import VOCAB_FILE, ParallelData, load_meta, load_vocab, token_batches
 from .distributed import World, all_sum, gather_rng, init_world, shutdown
 from .evaluate import sacrebleu_scores
@@ -506,6 +506,13 @@ def _train(cfg: Config, data_dir: Path, run_dir: Path, ignore_mismatch: bool, wo
     model.train()
     metrics = MetricsLog(run_dir, resume_step=state["step"] if latest is not None else None,
                          enabled=world.is_main)
+    if world.is_main and device.type == "cpu":  # today's pace of this machine, for comparisons
+        gflops = matmul_gflops()
+        metrics.write("machine", state["step"], threads=torch.get_num_threads(),
+                      **{f"{dtype}_matmul_gflops": round(v, 1) for dtype, v in gflops.items()})
+        log.info("this CPU multiplies matrices at %.0f GFLOP/s in float32 and %.0f in bfloat16 "
+                 "with %d threads", gflops["float32"], gflops["bfloat16"],
+                 torch.get_num_threads())
     progress = Progress(start=state["step"], total=tcfg.max_steps, enabled=world.is_main)
     vocab_path = data_dir / VOCAB_FILE
 
@@ -554,10 +561,12 @@ def _train(cfg: Config, data_dir: Path, run_dir: Path, ignore_mismatch: bool, wo
     def out_of_patience() -> bool:
         return tcfg.patience > 0 and state["bad_validations"] >= tcfg.patience
 
-    def out_of_budget() -> bool:
+    def out_of_budget(*, epoch_finished: bool = False) -> bool:
+        """Step, epoch or cooldown budget spent; `epoch_finished`: the step just taken was the
+        epoch's last (its counter moves on after the step is saved)."""
         cooldown = cooldown_steps(tcfg, state)
         return (tcfg.max_steps > 0 and state["step"] >= tcfg.max_steps) or \
-            (tcfg.max_epochs > 0 and state["epoch"] >= tcfg.max_epochs) or \
+            (tcfg.max_epochs > 0 and state["epoch"] + epoch_finished >= tcfg.max_epochs) or \
             (cooldown is not None and state["step"] >= cooldown[1])
 
     def stop_and_save_due() -> tuple[bool, bool, float]:
@@ -663,7 +672,8 @@ def _train(cfg: Config, data_dir: Path, run_dir: Path, ignore_mismatch: bool, wo
                              "cooldown began, it ends at step %d (planned: %d)",
                              tcfg.max_minutes - seconds / 60, replanned[1], state["cooldown"][1])
                 state["cooldown"] = replanned
-            stop = stop_now or out_of_budget()
+            stop = stop_now or out_of_budget(
+                epoch_finished=state["batch_in_epoch"] >= len(batches))
             if stop and validated_step != state["step"]:
                 run_validation()  # the last step's scores, in its checkpoint's state
             if stop or state["step"] % tcfg.save_every == 0 or minutes_due:
@@ -672,7 +682,7 @@ def _train(cfg: Config, data_dir: Path, run_dir: Path, ignore_mismatch: bool, wo
         if state["batch_in_epoch"] >= len(batches):
             state["epoch"] += 1
             state["batch_in_epoch"] = 0
-            stop = stop or out_of_budget()  # train.max_epochs reached: not a step more
+            stop = stop or out_of_budget()  # a resumed run whose last epoch had ended
     progress.close()
     if out_of_patience():
         log.info("stopping: no better validation score for %d validations (best at step %s)",
@@ -693,10 +703,7 @@ def _train(cfg: Config, data_dir: Path, run_dir: Path, ignore_mismatch: bool, wo
         log.warning("stopped at step %d of %s: the learning rate's cooldown (to step %d) has "
                     "not finished; %s", state["step"], budget, cooldown[1], advice)
     state["train_seconds"] = seconds_before + time.monotonic() - started
-    if validated_step != state["step"]:  # stopped at an epoch's end (train.max_epochs)
-        run_validation()
-        save()
-    elif saved_step != state["step"]:
+    if saved_step != state["step"]:  # a run that stopped before its first step
         save()
     metrics.close()
     if world.is_main:

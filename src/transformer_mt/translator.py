@@ -12,8 +12,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .bf16_check import warn_if_bf16_is_slow
 from .config import DecodeConfig
+from .cpu_speed import warn_if_bf16_is_slow
 from .decoding import Hypothesis, generate
 from .ensemble import Ensemble
 from .mbr import mbr_order

@@ -1,4 +1,4 @@
-"""Does bfloat16 pay on this CPU?
+"""How fast this CPU multiplies matrices today, and does bfloat16 pay on it?
 
 bf16 autocast makes CPU training and decoding faster only where oneDNN has fast bf16 matrix
 instructions: AVX-512 BF16 on AMD Zen 4 and 5 (about 4x float32 on the 2-core Zen 5 where the
@@ -7,6 +7,10 @@ faster than float32, or slower: 0.6x on a 2-core Intel Xeon (model 207) that has
 but whose hypervisor does not expose AMX (benchmarks/results/speed-xeon). About 60 ms of matrix
 products, once per process, tell which, so that `train.bf16` and `decode.bf16` warn instead of
 silently running slower.
+
+The same products measure the machine: a shared 2-core machine ran one recipe at 6,500 to 8,700
+tokens/s on different days. `train` records the GFLOP/s it finds at each start in metrics.jsonl
+(kind "machine"), so that runs can be compared at equal compute.
 """
 
 from __future__ import annotations
@@ -23,22 +27,29 @@ PROBE_SHAPE = (2048, 256, 1024)  # rows x inner x columns: a small model's FFN o
 SLOW = 0.9  # warn below this speed-up
 
 
-@functools.cache
-def bf16_matmul_speedup() -> float:
-    """Float32 time over bfloat16 time of one PROBE_SHAPE matrix product on this CPU, best of five
-    rounds alternating the two (above 1: bf16 is faster)."""
+def matmul_gflops(rounds: int = 5) -> dict[str, float]:
+    """GFLOP/s of one PROBE_SHAPE matrix product in float32 and bfloat16 on this CPU with the
+    current threads: the best of `rounds` rounds alternating the two."""
     rows, inner, cols = PROBE_SHAPE
     generator = torch.Generator().manual_seed(0)
     a32 = torch.randn(rows, inner, generator=generator)
     b32 = torch.randn(inner, cols, generator=generator)
-    pairs = {torch.float32: (a32, b32), torch.bfloat16: (a32.bfloat16(), b32.bfloat16())}
+    pairs = {"float32": (a32, b32), "bfloat16": (a32.bfloat16(), b32.bfloat16())}
     best = dict.fromkeys(pairs, float("inf"))
-    for _ in range(5):
+    for _ in range(rounds):
         for dtype, (a, b) in pairs.items():
             start = time.perf_counter()
             torch.mm(a, b)
             best[dtype] = min(best[dtype], time.perf_counter() - start)
-    return best[torch.float32] / best[torch.bfloat16]
+    return {dtype: 2 * rows * inner * cols / seconds / 1e9 for dtype, seconds in best.items()}
+
+
+@functools.cache
+def bf16_matmul_speedup() -> float:
+    """bfloat16 over float32 speed of matrix products on this CPU, measured once per process
+    (above 1: bf16 is faster)."""
+    gflops = matmul_gflops()
+    return gflops["bfloat16"] / gflops["float32"]
 
 
 def warn_if_bf16_is_slow(device: torch.device, *, setting: str, instead: str) -> None:

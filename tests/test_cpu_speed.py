@@ -1,0 +1,88 @@
+"""The matmul probe: a real measurement, GFLOP/s in the training log, and a warning only where
+bf16 is slower."""
+
+import logging
+import math
+
+import pytest
+import torch
+
+from test_resume import config
+from test_translator import make_translator
+from transformer_mt import Translator, cpu_speed
+from transformer_mt.config import DecodeConfig
+from transformer_mt.metrics import read_metrics
+from transformer_mt.train import train
+
+
+@pytest.fixture(autouse=True)
+def fresh_warnings():
+    cpu_speed._warn_once.cache_clear()
+
+
+def test_the_probe_measures_once_per_process():
+    cpu_speed.bf16_matmul_speedup.cache_clear()
+    speedup = cpu_speed.bf16_matmul_speedup()
+    assert math.isfinite(speedup) and speedup > 0
+    assert cpu_speed.bf16_matmul_speedup() == speedup
+    assert cpu_speed.bf16_matmul_speedup.cache_info().misses == 1
+
+
+@pytest.mark.parametrize(("speedup", "warned"), [(0.6, True), (0.89, True), (0.9, False),
+                                                 (4.0, False)])
+def test_warns_only_below_the_threshold(monkeypatch, caplog, speedup, warned):
+    monkeypatch.setattr(cpu_speed, "bf16_matmul_speedup", lambda: speedup)
+    with caplog.at_level(logging.WARNING, logger="transformer_mt.cpu_speed"):
+        cpu_speed.warn_if_bf16_is_slow(torch.device("cpu"), setting="train.bf16",
+                                        instead="train in float32")
+    messages = [r.getMessage() for r in caplog.records]
+    assert bool(messages) == warned
+    if warned:
+        assert f"train.bf16: this CPU multiplies bfloat16 matrices at {speedup:.2f}x" in \
+            messages[0] and messages[0].endswith("train in float32")
+
+
+def test_no_probe_off_the_cpu(monkeypatch):
+    def probe():
+        raise AssertionError("probed a GPU run")
+    monkeypatch.setattr(cpu_speed, "bf16_matmul_speedup", probe)
+    cpu_speed.warn_if_bf16_is_slow(torch.device("meta"), setting="train.bf16", instead="-")
+
+
+@pytest.mark.parametrize("bf16", [True, False])
+def test_training_and_translation_warn_when_bf16_is_slow(prepared_multi30k, multi30k_vocab,
+                                                         tmp_path, monkeypatch, caplog, bf16):
+    monkeypatch.setattr(cpu_speed, "bf16_matmul_speedup", lambda: 0.6)
+    train(config(1, f"train.bf16={bf16}"), data_dir=prepared_multi30k, run_dir=tmp_path / "run")
+    Translator(make_translator(multi30k_vocab).model, multi30k_vocab, DecodeConfig(bf16=bf16))
+    Translator(make_translator(multi30k_vocab).model, multi30k_vocab, DecodeConfig(bf16=bf16))
+    messages = [r.getMessage().split(":")[0] for r in caplog.records
+                if r.name == "transformer_mt.cpu_speed"]
+    assert messages == (["train.bf16", "decode.bf16"] if bf16 else [])  # once each
+
+
+def test_gflops_are_the_probes_operations_over_its_best_time(monkeypatch):
+    # a clock that advances 10 ms per reading: every product "takes" 10 ms
+    class Clock:
+        now = 0.0
+
+        @classmethod
+        def perf_counter(cls):
+            cls.now += 0.01
+            return cls.now
+
+    monkeypatch.setattr(cpu_speed, "time", Clock)
+    rows, inner, cols = cpu_speed.PROBE_SHAPE
+    expected = 2 * rows * inner * cols / 0.01 / 1e9
+    assert cpu_speed.matmul_gflops(rounds=2) == {"float32": pytest.approx(expected),
+                                                 "bfloat16": pytest.approx(expected)}
+
+
+def test_training_records_the_machines_pace_at_each_start(prepared_multi30k, tmp_path):
+    run = tmp_path / "run"
+    train(config(5), data_dir=prepared_multi30k, run_dir=run)
+    train(config(10), data_dir=prepared_multi30k, run_dir=run)  # resumed at step 5
+    machine = [r for r in read_metrics(run) if r["kind"] == "machine"]
+    assert [(r["step"], r["threads"]) for r in machine] == [(0, 1), (5, 1)]  # train.threads=1
+    assert all(math.isfinite(r[key]) and r[key] > 0 for r in machine
+               for key in ("float32_matmul_gflops", "bfloat16_matmul_gflops"))
