@@ -19,6 +19,9 @@ def test_locate_known_corpora_in_a_local_directory(shared_data):
     wmt = {f.name: f for f in locate("wmt14", "de-en", shared_data)}
     assert wmt["test"].src.name == "newstest2014.en-de.de"
     assert wmt["valid"].tgt.name == "newstest2013.en-de.en" and "train" not in wmt
+    tok = {f.name: f for f in locate("multi30k-tok", "en-de", shared_data)}
+    assert tok["train"].src == shared_data / "multi30k/tok/train.lc.norm.tok.en.gz"
+    assert tok["test"].tgt == shared_data / "multi30k/tok/test_2016_flickr.lc.norm.tok.de.gz"
 
 
 def test_bad_pair_or_missing_corpus(tmp_path):
@@ -26,6 +29,8 @@ def test_bad_pair_or_missing_corpus(tmp_path):
         locate("multi30k", "en-xx", tmp_path)
     with pytest.raises(DataError, match="not found in .*--download"):
         locate("multi30k", "en-de", tmp_path)
+    with pytest.raises(DataError, match=r"pair 'en-cs' must be two of \('en', 'de', 'fr'\)"):
+        locate("multi30k-tok", "en-cs", tmp_path)  # upstream's Czech tok files are not pinned
     with pytest.raises(DataError, match="unknown dataset"):
         locate("iwslt", "en-de", tmp_path)
 
@@ -34,6 +39,7 @@ def test_download_checks_sha256(shared_data, tmp_path, monkeypatch):
     """The download path, with the network replaced by the local copies of the same files."""
 
     def fake_urlopen(url, timeout):
+        assert "/data/task1/raw/" in url
         name = url.rsplit("/", 1)[-1]
         return io.BytesIO((shared_data / "multi30k" / name).read_bytes())
 
@@ -46,6 +52,37 @@ def test_download_checks_sha256(shared_data, tmp_path, monkeypatch):
     monkeypatch.setattr(corpora.urllib.request, "urlopen", corrupted)
     with pytest.raises(DataError, match="sha256 mismatch"):
         corpora.download_multi30k(tmp_path / "other")
+
+
+def test_the_tokenized_multi30k_downloads_as_plain_text_and_is_stored_gzipped(
+        shared_data, tmp_path, monkeypatch):
+    # upstream's tok/ files are plain text, hashed as such; served here from the local copies
+    fetched = []
+
+    def fake_urlopen(url, timeout):
+        assert "/data/task1/tok/" in url
+        name = url.rsplit("/", 1)[-1]
+        fetched.append(name)
+        return io.BytesIO(gzip.decompress((shared_data / "multi30k/tok" / f"{name}.gz")
+                                          .read_bytes()))
+
+    monkeypatch.setattr(corpora.urllib.request, "urlopen", fake_urlopen)
+    files = {f.name: f for f in locate("multi30k-tok", "de-fr", tmp_path, download=True)}
+    assert len(fetched) == 9  # all three languages, as for the raw files
+    assert files["valid"].src == tmp_path / "multi30k/tok/val.lc.norm.tok.de.gz"
+    for path in (tmp_path / "multi30k/tok").iterdir():
+        assert gzip.decompress(path.read_bytes()) == \
+            gzip.decompress((shared_data / "multi30k/tok" / path.name).read_bytes())
+    # a complete file is kept, a damaged one fetched again
+    damaged = tmp_path / "multi30k/tok/val.lc.norm.tok.fr.gz"
+    damaged.write_bytes(gzip.compress(b"a damaged file\n"))
+    cut_short = tmp_path / "multi30k/tok/val.lc.norm.tok.en.gz"
+    cut_short.write_bytes(cut_short.read_bytes()[:100])
+    fetched.clear()
+    corpora.download_multi30k_tok(tmp_path / "multi30k/tok")
+    assert sorted(fetched) == ["val.lc.norm.tok.en", "val.lc.norm.tok.fr"]
+    assert gzip.decompress(damaged.read_bytes()) == \
+        gzip.decompress((shared_data / "multi30k/tok/val.lc.norm.tok.fr.gz").read_bytes())
 
 
 def test_tatoeba_split_reproduces_the_shared_split(shared_data):

@@ -11,7 +11,7 @@
 #     bootstrap resampling against them (evaluate --baseline), e.g. an earlier run's
 #     benchmarks/results/*/test_2016_flickr.hyp.de
 #   LC_TOK=1: the run trained on the literature's multi30k/tok/*.lc.norm.tok files (prepared with
-#     --train-src etc.): translate the tokenized test source and score the tokenized, lowercased
+#     --dataset multi30k-tok): translate the tokenized test source and score the tokenized, lowercased
 #     hypotheses as they are (evaluate --hyp-tokenized, multi-bleu.perl's way); its sacreBLEU is
 #     then against the tokenized reference, not comparable to a cased model's. No BASELINE:
 #     significance.py compares such runs with cased ones.

@@ -23,15 +23,8 @@ exec > >(tee -a "$OUT/run.log") 2>&1
 echo "== $(date -u +%FT%TZ) multi30k $SRC->$TGT, $MINUTES min, commit $(git -C "$REPO" rev-parse --short HEAD), config $CONFIG ${TRAIN_ARGS:-}" \
   "LC_TOK=${LC_TOK:-} BIDIRECTIONAL_EPOCHS=${BIDIRECTIONAL_EPOCHS:-} AVERAGE=${AVERAGE:-} ALPHAS=${ALPHAS:-} BEAMS=${BEAMS:-}"
 
-if [ -f "$OUT/data/meta.json" ]; then :
-elif [ -n "${LC_TOK:-}" ]; then
-  TOK=$DATA/multi30k/tok
-  transformer-mt prepare --train-src "$TOK/train.lc.norm.tok.$SRC.gz" \
-    --train-tgt "$TOK/train.lc.norm.tok.$TGT.gz" --valid-src "$TOK/val.lc.norm.tok.$SRC.gz" \
-    --valid-tgt "$TOK/val.lc.norm.tok.$TGT.gz" --src-lang "$SRC" --tgt-lang "$TGT" \
-    --config "$CONFIG" --out "$OUT/data"
-else
-  transformer-mt prepare --dataset multi30k --pair "$SRC-$TGT" --data-dir "$DATA" \
+if [ ! -f "$OUT/data/meta.json" ]; then
+  transformer-mt prepare --dataset "multi30k${LC_TOK:+-tok}" --pair "$SRC-$TGT" --data-dir "$DATA" \
     --config "$CONFIG" --out "$OUT/data"
 fi
 if [ -n "${BIDIRECTIONAL_EPOCHS:-}" ]; then

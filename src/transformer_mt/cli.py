@@ -175,7 +175,8 @@ def build_parser() -> argparse.ArgumentParser:
     prep.add_argument("--valid-tgt", type=Path)
     prep.add_argument("--src-lang", default="src", help="source language code, for the record")
     prep.add_argument("--tgt-lang", default="tgt", help="target language code, for the record")
-    prep.add_argument("--dataset", help="multi30k, tatoeba-deu-eng (wmt14: test sets only)")
+    prep.add_argument("--dataset", help="multi30k, multi30k-tok (its lowercased Moses-tokenized "
+                      "copy, en/de/fr), tatoeba-deu-eng (wmt14: test sets only)")
     prep.add_argument("--pair", default="en-de", help="SRC-TGT, e.g. en-de (default)")
     prep.add_argument("--data-dir", type=Path, default=Path("data"),
                       help="where the corpus files are, or go with --download (default: data)")

@@ -3,12 +3,16 @@ to find them in a local directory.
 
 - multi30k: WMT16 multimodal task 1 captions, any two of en/de/fr/cs; train / val /
   test_2016_flickr (29,000 / 1,014 / 1,000).
+- multi30k-tok: the same captions as the task's own preprocessing left them (Moses lowercase,
+  normalize-punctuation, tokenizer), en/de/fr, in `multi30k/tok/`: what the literature's
+  tokenized lowercased BLEU scores were trained and scored on. Stored gzipped.
 - tatoeba-deu-eng: ManyThings' Tatoeba deu-eng release of 2018-05-13, split into train / dev /
   test by `split_tatoeba` so that no sentence occurs in two splits.
 - wmt14: newstest2012-2014 en-de and 2013-2014 en-fr (dev and test sets of the paper).
 
-`locate(name, pair, data_dir)` returns the split files, looking in `data_dir` (or
-`data_dir/<name>`) first and downloading into it only when asked to.
+`locate(name, pair, data_dir)` returns the split files, looking in `data_dir/<directory>`
+(the corpus's name, or multi30k/tok) or `data_dir` first and downloading into the former only
+when asked to.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from .data import DataError, SplitFiles, sha256_file
 log = logging.getLogger(__name__)
 
 MULTI30K_URL = ("https://raw.githubusercontent.com/multi30k/dataset/"
-                "a3d2e0d26b56f3846f66a952536ffed4e401d05a/data/task1/raw/{name}")
+                "a3d2e0d26b56f3846f66a952536ffed4e401d05a/data/task1/{kind}/{name}")
 MULTI30K_SHA256 = {
     "train.en.gz": "d79cfa999dd4c51d2cb42499b6796d5a882c3a8a961923c25a898c90f8bbd56f",
     "train.de.gz": "726e39b2fa9eb9ffb6dc763fb35a179f80fae06ffc5d28b6ace5faa883de28a6",
@@ -41,6 +45,21 @@ MULTI30K_SHA256 = {
     "test_2016_flickr.de.gz": "9204244e408ccb38d2a55cfcd344df15005fc42a07a6e55ca6c52b6ababb8cc8",
     "test_2016_flickr.fr.gz": "6d326e188d259fb1d04ac19eae3af956559b3a0b93d7635e56c90987c40c8b90",
     "test_2016_flickr.cs.gz": "200a4a74cc9560f051924abb9803be008d1908d77f747e9141aeb86dfd2797f1",
+}
+# the upstream files are plain text: their sha256 (stored here gzipped, as "{name}.gz")
+MULTI30K_TOK_SHA256 = {
+    "train.lc.norm.tok.en": "08925f8e0572bcd5a006702fc5fe20e2d77c6917d4eebd576fc20de6693c2119",
+    "train.lc.norm.tok.de": "cb5a23529b65ec2061f1dc446192a9c37382b63cc75f81a0be59d34894b3a505",
+    "train.lc.norm.tok.fr": "8fa41bb718412bcb7c5dfa58603842810a01543eae86a51279f9886b901266e1",
+    "val.lc.norm.tok.en": "46573ce391ae227f1c72f873392436a20ef18e0a6d518098cfbd70b77c8572ec",
+    "val.lc.norm.tok.de": "97232bd273eceb7207f689527386a97e4be2616b18ada47576bdaf96c8ae1f00",
+    "val.lc.norm.tok.fr": "b303e301aa21fe7822a846b2b3fb2d5a1121ec807cd5b1d006fb7b2b5507168a",
+    "test_2016_flickr.lc.norm.tok.en":
+        "5b7f32627cf99eced828311b955dae9800bb52bc8b91cf8b6526829e605b29d2",
+    "test_2016_flickr.lc.norm.tok.de":
+        "c6a33d39d48f9f510de147651316cd9d918e09ad0219df734a2f16b6baccacc4",
+    "test_2016_flickr.lc.norm.tok.fr":
+        "1463bd5960f9bfe098ec3cd752d3df0c49c84dc646fb518964a29232658cd836",
 }
 TATOEBA_URL = ("https://github.com/rioyshky/translation/raw/"
                "de48b7027f7318d77010a6e08ed928c10748c23d/deu-eng.zip")
@@ -67,15 +86,22 @@ class Corpus:
     languages: tuple[str, ...]
     splits: dict[str, str]  # our split name -> file stem; files are "{stem}.{lang}{suffix}"
     suffix: str
+    directory: str  # under a data directory: where the files are, or are downloaded to
 
 
 CORPORA = {
     "multi30k": Corpus("multi30k", ("en", "de", "fr", "cs"),
-                       {"train": "train", "valid": "val", "test": "test_2016_flickr"}, ".gz"),
+                       {"train": "train", "valid": "val", "test": "test_2016_flickr"}, ".gz",
+                       "multi30k"),
+    "multi30k-tok": Corpus("multi30k-tok", ("en", "de", "fr"),
+                           {"train": "train.lc.norm.tok", "valid": "val.lc.norm.tok",
+                            "test": "test_2016_flickr.lc.norm.tok"}, ".gz", "multi30k/tok"),
     "tatoeba-deu-eng": Corpus("tatoeba-deu-eng", ("en", "de"),
-                              {"train": "train", "valid": "dev", "test": "test"}, ".gz"),
+                              {"train": "train", "valid": "dev", "test": "test"}, ".gz",
+                              "tatoeba-deu-eng"),
     "wmt14": Corpus("wmt14", ("en", "de", "fr"),
-                    {"valid": "newstest2013.{pair}", "test": "newstest2014.{pair}"}, ""),
+                    {"valid": "newstest2013.{pair}", "test": "newstest2014.{pair}"}, "",
+                    "wmt14"),
 }
 
 
@@ -103,21 +129,21 @@ def split_files(name: str, pair: str, root: Path) -> list[SplitFiles]:
 
 
 def locate(name: str, pair: str, data_dir: Path, *, download: bool = False) -> list[SplitFiles]:
-    """Split files of a known corpus under `data_dir` or `data_dir/<name>`; with download,
-    fetch what is missing into `data_dir/<name>` and check its sha256."""
+    """Split files of a known corpus under `data_dir/<its directory>` or `data_dir`; with
+    download, fetch what is missing into the former and check its sha256."""
     if name not in CORPORA:
         raise DataError(f"unknown dataset '{name}' (known: {', '.join(CORPORA)})")
-    for root in (data_dir / name, data_dir):
+    home = data_dir / CORPORA[name].directory
+    for root in (home, data_dir):
         files = split_files(name, pair, root)
         if all(f.src.exists() and f.tgt.exists() for f in files):
             return files
     if not download:
-        raise DataError(f"{name} {pair} not found in {data_dir} or {data_dir / name} "
+        raise DataError(f"{name} {pair} not found in {home} or {data_dir} "
                         "(pass --download to fetch it)")
-    root = data_dir / name
-    root.mkdir(parents=True, exist_ok=True)
-    DOWNLOADERS[name](root)
-    return split_files(name, pair, root)
+    home.mkdir(parents=True, exist_ok=True)
+    DOWNLOADERS[name](home)
+    return split_files(name, pair, home)
 
 
 def fetch(url: str, sha256: str) -> bytes:
@@ -129,19 +155,38 @@ def fetch(url: str, sha256: str) -> bytes:
     return data
 
 
-def _download_files(root: Path, urls_and_hashes: dict[str, tuple[str, str]]) -> None:
+def _download_files(root: Path, urls_and_hashes: dict[str, tuple[str, str]], *,
+                    gzipped: bool = False) -> None:
+    """Fetch each missing file; with gzipped, store it as "<name>.gz" (`sha256` is of the
+    plain text, checked again for a file already there)."""
     for filename, (url, sha256) in urls_and_hashes.items():
-        path = root / filename
-        if path.exists() and sha256_file(path) == sha256:
+        path = root / (filename + ".gz" if gzipped else filename)
+        if path.exists() and _sha256_of_content(path, gzipped) == sha256:
             continue
+        data = fetch(url, sha256)
         tmp = path.with_name(path.name + ".part")
-        tmp.write_bytes(fetch(url, sha256))
+        tmp.write_bytes(gzip.compress(data, compresslevel=9, mtime=0) if gzipped else data)
         tmp.replace(path)
 
 
+def _sha256_of_content(path: Path, gzipped: bool) -> str | None:
+    """sha256 of a file, or of what it decompresses to; None for a damaged gzip file."""
+    if not gzipped:
+        return sha256_file(path)
+    try:
+        return hashlib.sha256(gzip.decompress(path.read_bytes())).hexdigest()
+    except (OSError, EOFError):
+        return None
+
+
 def download_multi30k(root: Path) -> None:
-    _download_files(root, {name: (MULTI30K_URL.format(name=name), digest)
+    _download_files(root, {name: (MULTI30K_URL.format(kind="raw", name=name), digest)
                            for name, digest in MULTI30K_SHA256.items()})
+
+
+def download_multi30k_tok(root: Path) -> None:
+    _download_files(root, {name: (MULTI30K_URL.format(kind="tok", name=name), digest)
+                           for name, digest in MULTI30K_TOK_SHA256.items()}, gzipped=True)
 
 
 def download_wmt14(root: Path) -> None:
@@ -192,5 +237,5 @@ def split_tatoeba(lines: list[str]) -> dict[str, tuple[list[str], list[str]]]:
     return out
 
 
-DOWNLOADERS = {"multi30k": download_multi30k, "tatoeba-deu-eng": download_tatoeba,
-               "wmt14": download_wmt14}
+DOWNLOADERS = {"multi30k": download_multi30k, "multi30k-tok": download_multi30k_tok,
+               "tatoeba-deu-eng": download_tatoeba, "wmt14": download_wmt14}
