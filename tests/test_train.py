@@ -90,6 +90,10 @@ def test_a_timed_cooldown_is_replanned_from_the_pace_since_it_began():
     for other in ({"cooldown": None}, {"cooldown_since": None}, {"step": 7662},
                   {"step": 6000}):
         assert replan_cooldown(tcfg, state | {"train_seconds": 4440.0} | other) is None
+    # nor before a fifth of the cooldown's 20 minutes has passed: 20 steps that took a
+    # validation's 6 s more than the others do not tell the pace
+    assert replan_cooldown(tcfg, state | {"step": 6020, "train_seconds": 4220.0}) is None
+    assert replan_cooldown(tcfg, state | {"train_seconds": 4200.0 + 239}) is None
     by_steps = TrainConfig(max_steps=8000, lr_cooldown_steps=1000)
     assert replan_cooldown(by_steps, state | {"train_seconds": 4440.0}) is None
 

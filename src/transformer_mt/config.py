@@ -173,7 +173,8 @@ class TrainConfig:
     # Not in the paper: the same fall for a run on a wall-time budget (train.max_minutes): when
     # lr_cooldown_minutes are left, the steps that the run's mean pace so far fits into 97 % of
     # them become the cooldown, re-planned at each train.save_every step from the pace since it
-    # began (the rate's line bent there), and the run ends with its last step; 0: off.
+    # began, once a fifth of it has passed (the rate's line bent there), and the run ends with
+    # its last step; 0: off.
     lr_cooldown_minutes: float = 0.0
     label_smoothing: float = 0.1  # §5.4
     # Not in the paper: BPE-dropout (Provilkov et al., 2020), the training text segmented anew
