@@ -84,5 +84,17 @@ def test_training_records_the_machines_pace_at_each_start(prepared_multi30k, tmp
     train(config(10), data_dir=prepared_multi30k, run_dir=run)  # resumed at step 5
     machine = [r for r in read_metrics(run) if r["kind"] == "machine"]
     assert [(r["step"], r["threads"]) for r in machine] == [(0, 1), (5, 1)]  # train.threads=1
+    assert all(r["cpu"] == cpu_speed.cpu_model() for r in machine)
     assert all(math.isfinite(r[key]) and r[key] > 0 for r in machine
                for key in ("float32_matmul_gflops", "bfloat16_matmul_gflops"))
+
+
+@pytest.mark.parametrize(("flags", "units"), [("fpu avx512f avx512_bf16 amx_bf16",
+                                                "amx_bf16 and avx512_bf16"),
+                                               ("fpu avx2", "no bf16 instructions")])
+def test_the_cpu_is_named_with_its_bf16_units(tmp_path, monkeypatch, flags, units):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(f"processor\t: 0\nmodel name\t: AMD EPYC\ncpu family\t: 25\nmodel\t\t: 17\n"
+                       f"flags\t\t: {flags}\n\nprocessor\t: 1\nmodel name\t: other\n")
+    monkeypatch.setattr(cpu_speed, "Path", lambda _: cpuinfo)
+    assert cpu_speed.cpu_model() == f"AMD EPYC, family 25 model 17, {units}"

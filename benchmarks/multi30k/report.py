@@ -37,6 +37,7 @@ def main(out: Path) -> None:
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     train = [m for m in metrics if m["kind"] == "train"]
     valid = [m for m in metrics if m["kind"] == "valid"]
+    machine = [m for m in metrics if m["kind"] == "machine"]  # train's record at each start
     last_checkpoint = sorted((run / "checkpoints").iterdir())[-1]
     state = json.loads((last_checkpoint / "state.json").read_text())
     selected = (out / "selected").read_text().strip()
@@ -48,12 +49,12 @@ def main(out: Path) -> None:
         "task": out.name,
         "languages": config["languages"],
         "commit": run_commit(out / "run.log"),
-        "machine": {"cpu": platform.processor() or platform.machine(),
+        "machine": {"cpu": machine[0]["cpu"] if machine else platform.processor(),
                     "threads": torch.get_num_threads(), "torch": torch.__version__,
                     "python": platform.python_version(),
                     # train's matmul probe at each (re)start: the machine's pace that day
-                    "float32_matmul_gflops": [m["float32_matmul_gflops"] for m in metrics
-                                              if m["kind"] == "machine"]},
+                    "float32_matmul_gflops": [m["float32_matmul_gflops"] for m in machine],
+                    "bfloat16_matmul_gflops": [m["bfloat16_matmul_gflops"] for m in machine]},
         "model": config["model"],
         "train": {"steps": state["step"], "epochs": state["epoch"],
                   "target_tokens": state["tokens"],

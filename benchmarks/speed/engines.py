@@ -15,7 +15,6 @@ import hashlib
 import json
 import math
 import os
-import platform
 import subprocess
 import tempfile
 from pathlib import Path
@@ -26,6 +25,7 @@ from torch import Tensor, nn
 
 from transformer_mt.attention import attention_kernels
 from transformer_mt.config import DecodeConfig, ModelConfig, TrainConfig
+from transformer_mt.cpu_speed import cpu_model
 from transformer_mt.decoding import generate
 from transformer_mt.malloc_tuning import tune_malloc
 from transformer_mt.model import Transformer, sinusoidal_positions
@@ -295,20 +295,6 @@ def source_digest() -> str:
                         *repo.glob("benchmarks/**/*.py")]):
         digest.update(str(path.relative_to(repo)).encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:12]
-
-
-def cpu_model() -> str:
-    """The CPU's model name and the bf16 matrix instructions it offers (which decide whether
-    bf16 pays: cpu_speed.py), from /proc/cpuinfo where there is one."""
-    try:
-        first = Path("/proc/cpuinfo").read_text().split("\n\n")[0]
-    except OSError:
-        return platform.processor() or platform.machine()
-    info = dict(line.split(":", 1) for line in first.splitlines() if ":" in line)
-    info = {key.strip(): value.strip() for key, value in info.items()}
-    units = [flag for flag in ("amx_bf16", "avx512_bf16") if flag in info.get("flags", "").split()]
-    return (f"{info.get('model name', platform.machine())}, family {info.get('cpu family')} "
-            f"model {info.get('model')}, {' and '.join(units) or 'no bf16 instructions'}")
 
 
 def emit(result: dict, path: Path | None) -> dict:

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import functools
 import logging
+import platform
 import time
+from pathlib import Path
 
 import torch
 
@@ -25,6 +27,20 @@ log = logging.getLogger(__name__)
 
 PROBE_SHAPE = (2048, 256, 1024)  # rows x inner x columns: a small model's FFN on a 2k-token batch
 SLOW = 0.9  # warn below this speed-up
+
+
+def cpu_model() -> str:
+    """The CPU's model name and the bf16 matrix instructions it offers (which decide whether
+    bf16 pays), from /proc/cpuinfo where there is one."""
+    try:
+        first = Path("/proc/cpuinfo").read_text().split("\n\n")[0]
+    except OSError:
+        return platform.processor() or platform.machine()
+    info = dict(line.split(":", 1) for line in first.splitlines() if ":" in line)
+    info = {key.strip(): value.strip() for key, value in info.items()}
+    units = [flag for flag in ("amx_bf16", "avx512_bf16") if flag in info.get("flags", "").split()]
+    return (f"{info.get('model name', platform.machine())}, family {info.get('cpu family')} "
+            f"model {info.get('model')}, {' and '.join(units) or 'no bf16 instructions'}")
 
 
 def matmul_gflops(rounds: int = 5) -> dict[str, float]:

@@ -29,7 +29,7 @@ from .checkpoint import (
     save_checkpoint,
 )
 from .config import Config, ModelConfig, TrainConfig, config_to_dict
-from .cpu_speed import matmul_gflops, warn_if_bf16_is_slow
+from .cpu_speed import cpu_model, matmul_gflops, warn_if_bf16_is_slow
 from .data import VOCAB_FILE, ParallelData, load_meta, load_vocab, token_batches
 from .distributed import World, all_sum, gather_rng, init_world, shutdown
 from .evaluate import sacrebleu_scores
@@ -509,12 +509,11 @@ def _train(cfg: Config, data_dir: Path, run_dir: Path, ignore_mismatch: bool, wo
     metrics = MetricsLog(run_dir, resume_step=state["step"] if latest is not None else None,
                          enabled=world.is_main)
     if world.is_main and device.type == "cpu":  # today's pace of this machine, for comparisons
-        gflops = matmul_gflops()
-        metrics.write("machine", state["step"], threads=torch.get_num_threads(),
+        gflops, cpu = matmul_gflops(), cpu_model()
+        metrics.write("machine", state["step"], cpu=cpu, threads=torch.get_num_threads(),
                       **{f"{dtype}_matmul_gflops": round(v, 1) for dtype, v in gflops.items()})
-        log.info("this CPU multiplies matrices at %.0f GFLOP/s in float32 and %.0f in bfloat16 "
-                 "with %d threads", gflops["float32"], gflops["bfloat16"],
-                 torch.get_num_threads())
+        log.info("%s multiplies matrices at %.0f GFLOP/s in float32 and %.0f in bfloat16 with "
+                 "%d threads", cpu, gflops["float32"], gflops["bfloat16"], torch.get_num_threads())
     progress = Progress(start=state["step"], total=tcfg.max_steps, enabled=world.is_main)
     vocab_path = data_dir / VOCAB_FILE
 
