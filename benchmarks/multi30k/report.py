@@ -49,7 +49,7 @@ def main(out: Path) -> None:
         "task": out.name,
         "languages": config["languages"],
         "commit": run_commit(out / "run.log"),
-        "machine": {"cpu": machine[0]["cpu"] if machine else platform.processor(),
+        "machine": {"cpu": (machine[0].get("cpu") if machine else None) or platform.machine(),
                     "threads": torch.get_num_threads(), "torch": torch.__version__,
                     "python": platform.python_version(),
                     # train's matmul probe at each (re)start: the machine's pace that day
