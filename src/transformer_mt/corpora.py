@@ -86,22 +86,20 @@ class Corpus:
     languages: tuple[str, ...]
     splits: dict[str, str]  # our split name -> file stem; files are "{stem}.{lang}{suffix}"
     suffix: str
-    directory: str  # under a data directory: where the files are, or are downloaded to
+    # under a data directory: where the files are, or are downloaded to (default: the name)
+    directory: str | None = None
 
 
 CORPORA = {
     "multi30k": Corpus("multi30k", ("en", "de", "fr", "cs"),
-                       {"train": "train", "valid": "val", "test": "test_2016_flickr"}, ".gz",
-                       "multi30k"),
+                       {"train": "train", "valid": "val", "test": "test_2016_flickr"}, ".gz"),
     "multi30k-tok": Corpus("multi30k-tok", ("en", "de", "fr"),
                            {"train": "train.lc.norm.tok", "valid": "val.lc.norm.tok",
                             "test": "test_2016_flickr.lc.norm.tok"}, ".gz", "multi30k/tok"),
     "tatoeba-deu-eng": Corpus("tatoeba-deu-eng", ("en", "de"),
-                              {"train": "train", "valid": "dev", "test": "test"}, ".gz",
-                              "tatoeba-deu-eng"),
+                              {"train": "train", "valid": "dev", "test": "test"}, ".gz"),
     "wmt14": Corpus("wmt14", ("en", "de", "fr"),
-                    {"valid": "newstest2013.{pair}", "test": "newstest2014.{pair}"}, "",
-                    "wmt14"),
+                    {"valid": "newstest2013.{pair}", "test": "newstest2014.{pair}"}, ""),
 }
 
 
@@ -133,7 +131,7 @@ def locate(name: str, pair: str, data_dir: Path, *, download: bool = False) -> l
     download, fetch what is missing into the former and check its sha256."""
     if name not in CORPORA:
         raise DataError(f"unknown dataset '{name}' (known: {', '.join(CORPORA)})")
-    home = data_dir / CORPORA[name].directory
+    home = data_dir / (CORPORA[name].directory or name)
     for root in (home, data_dir):
         files = split_files(name, pair, root)
         if all(f.src.exists() and f.tgt.exists() for f in files):
