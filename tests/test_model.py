@@ -305,25 +305,27 @@ def test_dropout_zeroes_about_p_and_rescales_the_rest(dtype):
     assert torch.equal(drop.eval()(x), x)
 
 
-def test_source_word_dropout_zeroes_whole_source_tokens_and_only_in_training():
-    """A dropped source token leaves its position encoding alone (no rescaling of the rest);
-    the target side and eval mode are untouched."""
+@pytest.mark.parametrize("side", ["source", "target"])
+def test_word_dropout_zeroes_whole_tokens_of_its_side_and_only_in_training(side):
+    """A dropped token leaves its position encoding alone (no rescaling of the rest); the
+    other side and eval mode are untouched."""
     torch.manual_seed(0)
-    model = Transformer(tiny_config(dropout=0.0, source_word_dropout=0.25, vocab_size=100))
+    model = Transformer(tiny_config(dropout=0.0, vocab_size=100, **{f"{side}_word_dropout": 0.25}))
+    embed, other = (model.src_embed, model.tgt_embed)[:: 1 if side == "source" else -1]
     ids = torch.randint(4, 100, (64, 50))
-    positions = model.src_embed.positions(0, 50).expand(64, 50, -1)
-    full = model.src_embed.eval()(ids)
+    positions = embed.positions(0, 50).expand(64, 50, -1)
+    full = embed.eval()(ids)
     assert not torch.isclose(full, positions).all(-1).any(), "no token embeds to zero"
-    x = model.src_embed.train()(ids)
+    x = embed.train()(ids)
     dropped = torch.isclose(x, positions).all(-1)  # (B, T)
     kept = ~dropped
     n = ids.numel()
     assert abs(dropped.float().mean() - 0.25) < 4 * (0.25 * 0.75 / n) ** 0.5  # 4 sigma
     torch.testing.assert_close(x[kept], full[kept], rtol=0, atol=0)
-    assert not torch.equal(model.src_embed(ids), x), "a fresh draw each call"
-    assert torch.equal(model.tgt_embed.train()(ids), full), "the target side is never dropped"
-    with pytest.raises(ValueError, match="model.source_word_dropout"):
-        tiny_config(source_word_dropout=1.0)
+    assert not torch.equal(embed(ids), x), "a fresh draw each call"
+    assert torch.equal(other.train()(ids), full), "the other side is never dropped"
+    with pytest.raises(ValueError, match=f"model.{side}_word_dropout"):
+        tiny_config(**{f"{side}_word_dropout": 1.0})
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

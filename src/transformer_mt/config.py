@@ -42,6 +42,8 @@ class ModelConfig:
     # extra, not in the paper: in training, each source token's embedding is zeroed with this
     # probability (its position kept), word dropout of Sennrich & Zhang (2019) for small data
     source_word_dropout: float = 0.0
+    # extra, not in the paper: the same for the decoder's input tokens (the shifted target)
+    target_word_dropout: float = 0.0
     activation: Literal["relu", "gelu", "silu"] = "relu"  # ReLU as in §3.3 eq. (2)
     attention_bias: bool = False  # the paper's projections W^Q, W^K, W^V, W^O have no bias
     layer_norm_eps: float = 1e-6  # tensor2tensor's value; the paper does not state one
@@ -74,7 +76,8 @@ class ModelConfig:
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise ValueError(f"model.{name} must be positive, got {value}")
-        for name in ("dropout", "attention_dropout", "activation_dropout", "source_word_dropout"):
+        for name in ("dropout", "attention_dropout", "activation_dropout",
+                     "source_word_dropout", "target_word_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"model.{name} must be in [0, 1), got {getattr(self, name)}")
         for name in ("pad_id", "bos_id", "eos_id"):

@@ -85,7 +85,7 @@ def keep_mask(shape: torch.Size, threshold: int, device: torch.device) -> Tensor
 
 class Embeddings(nn.Module):
     """Token embedding * sqrt(d_model) + positional encoding, then dropout (§3.4, §3.5, §5.4).
-    Deviation when word_dropout > 0 (the source side's option): in training, zero a token's
+    Deviation when word_dropout > 0 (an option of either side): in training, zero a token's
     embedding with this probability, leaving its position; the rest are not rescaled."""
 
     def __init__(self, cfg: ModelConfig, tokens: nn.Embedding, word_dropout: float = 0.0):
@@ -309,7 +309,7 @@ class Transformer(nn.Module):
         else:
             src_tokens = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.src_embed = Embeddings(cfg, src_tokens, cfg.source_word_dropout)
-        self.tgt_embed = Embeddings(cfg, tgt_tokens)
+        self.tgt_embed = Embeddings(cfg, tgt_tokens, cfg.target_word_dropout)
         self.encoder = Encoder(cfg)
         self.decoder = Decoder(cfg)
         self.generator = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)  # pre-softmax linear
