@@ -39,6 +39,11 @@ def test_overrides_and_yaml_file(tmp_path):
     assert cfg.model.d_model == 128 and cfg.model.dropout == 0.0
 
 
+@pytest.mark.parametrize(("value", "parsed"), [("auto", "auto"), ("true", True), ("false", False)])
+def test_bf16_is_a_switch_or_auto(value, parsed):
+    assert load_config("tiny", [f"train.bf16={value}"]).train.bf16 == parsed
+
+
 def test_exponent_floats_without_a_dot(tmp_path):
     """YAML 1.1 reads 1e-8 as a string; a config means a float (and an int stays an int)."""
     path = tmp_path / "eps.yaml"
@@ -57,6 +62,9 @@ def test_exponent_floats_without_a_dot(tmp_path):
     ("model.d_model=big", "'model.d_model' must be int"),
     ("model.norm_first=1", "'model.norm_first' must be bool"),
     ("model.positional=rotary", "'model.positional' must be one of"),
+    ("train.bf16=always", "'train.bf16' must be bool or 'auto', got 'always'"),
+    ("train.bf16=1", "'train.bf16' must be bool or 'auto', got 1"),
+    ("model.d_k=big", "'model.d_k' must be int, got 'big'"),
     ("model.n_heads=7", "not divisible by n_heads=7"),
     ("decode.n_best=9", "n_best=9 exceeds beam_size=4"),
     ("model", "not of the form"),

@@ -1,6 +1,7 @@
 """The matmul probe: a real measurement, GFLOP/s in the training log, and a warning only where
 bf16 is slower."""
 
+import json
 import logging
 import math
 
@@ -40,6 +41,33 @@ def test_warns_only_below_the_threshold(monkeypatch, caplog, speedup, warned):
     if warned:
         assert f"train.bf16: this CPU multiplies bfloat16 matrices at {speedup:.2f}x" in \
             messages[0] and messages[0].endswith("train in float32")
+
+
+@pytest.mark.parametrize(("speedup", "pays"), [(0.6, False), (1.49, False), (1.5, True),
+                                               (4.0, True)])
+def test_bf16_pays_on_a_cpu_from_the_threshold(monkeypatch, speedup, pays):
+    monkeypatch.setattr(cpu_speed, "bf16_matmul_speedup", lambda: speedup)
+    assert cpu_speed.bf16_pays(torch.device("cpu")) is pays
+    assert cpu_speed.bf16_pays(torch.device("meta")) is False
+
+
+@pytest.mark.parametrize("speedup", [0.6, 2.2])
+def test_training_with_bf16_auto_chooses_by_the_probe_and_resumes(
+        prepared_multi30k, tmp_path, monkeypatch, caplog, speedup):
+    """The choice is logged and recorded in each start's machine record; the run's config keeps
+    "auto", so that a resume (here on a "faster" machine) chooses again without a mismatch."""
+    monkeypatch.setattr(cpu_speed, "bf16_matmul_speedup", lambda: speedup)
+    run = tmp_path / "run"
+    with caplog.at_level(logging.INFO):
+        train(config(2, "train.bf16=auto"), data_dir=prepared_multi30k, run_dir=run)
+    monkeypatch.setattr(cpu_speed, "bf16_matmul_speedup", lambda: 4.0)
+    train(config(4, "train.bf16=auto"), data_dir=prepared_multi30k, run_dir=run)
+    machine = [(r["step"], r["bf16"]) for r in read_metrics(run) if r["kind"] == "machine"]
+    assert machine == [(0, speedup >= cpu_speed.AUTO), (2, True)]
+    assert json.loads((run / "config.json").read_text())["train"]["bf16"] == "auto"
+    messages = [r.getMessage() for r in caplog.records]
+    assert f"train.bf16=auto: {'bf16 autocast' if speedup > 1 else 'float32'}" in messages
+    assert not any("slows it down" in m for m in messages), "auto never warns"
 
 
 def test_no_probe_off_the_cpu(monkeypatch):

@@ -54,7 +54,9 @@ def main(out: Path) -> None:
                     "python": platform.python_version(),
                     # train's matmul probe at each (re)start: the machine's pace that day
                     "float32_matmul_gflops": [m["float32_matmul_gflops"] for m in machine],
-                    "bfloat16_matmul_gflops": [m["bfloat16_matmul_gflops"] for m in machine]},
+                    "bfloat16_matmul_gflops": [m["bfloat16_matmul_gflops"] for m in machine],
+                    # bf16 autocast at each start (train.bf16=auto decides per start)
+                    "bf16": [m.get("bf16", config["train"]["bf16"]) for m in machine]},
         "model": config["model"],
         "train": {"steps": state["step"], "epochs": state["epoch"],
                   "target_tokens": state["tokens"],

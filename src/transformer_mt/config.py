@@ -189,7 +189,9 @@ class TrainConfig:
     # keep its time). 0: off.
     rdrop_alpha: float = 0.0
     clip_norm: float = 0.0  # 0: no clipping (the paper does not clip)
-    bf16: bool = False  # bfloat16 autocast (CPU or GPU); not in the paper
+    # bfloat16 autocast (CPU or GPU); not in the paper. auto: where it pays (cpu_speed.bf16_pays:
+    # a GPU that supports it, a CPU whose bf16 matrix products run >= 1.5x float32's).
+    bf16: bool | Literal["auto"] = False
     fp16: bool = False  # float16 autocast with a dynamic loss scale (GPU); not in the paper
     # Not in the paper: the model's forward and backward compiled by torch.compile (Inductor,
     # shapes symbolic, so that token-budget batches of any shape share one compiled graph); the
@@ -297,8 +299,16 @@ def _coerce(value: Any, hint: Any, path: str) -> Any:
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in typing.get_args(hint):
             return None
-        (inner,) = [a for a in typing.get_args(hint) if a is not type(None)]
-        return _coerce(value, inner, path)
+        members = [a for a in typing.get_args(hint) if a is not type(None)]
+        for member in members:
+            try:
+                return _coerce(value, member, path)
+            except ConfigError:
+                if len(members) == 1:
+                    raise
+        allowed = " or ".join(", ".join(map(repr, typing.get_args(m))) if
+                              typing.get_origin(m) is Literal else m.__name__ for m in members)
+        raise ConfigError(f"'{path}' must be {allowed}, got {value!r}")
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if hint in (int, float, str, bool):

@@ -6,7 +6,7 @@ Multi30k runs trained), AMX on Intel Xeon since Sapphire Rapids. Elsewhere bf16 
 faster than float32, or slower: 0.6x on a 2-core Intel Xeon (model 207) that has AVX-512 BF16
 but whose hypervisor does not expose AMX (benchmarks/results/speed-xeon). About 60 ms of matrix
 products, once per process, tell which, so that `train.bf16` and `decode.bf16` warn instead of
-silently running slower.
+silently running slower, and `train.bf16=auto` chooses.
 
 The same products measure the machine: a shared 2-core machine ran one recipe at 6,500 to 8,700
 tokens/s on different days. `train` records the GFLOP/s it finds at each start in metrics.jsonl
@@ -27,6 +27,10 @@ log = logging.getLogger(__name__)
 
 PROBE_SHAPE = (2048, 256, 1024)  # rows x inner x columns: a small model's FFN on a 2k-token batch
 SLOW = 0.9  # warn below this speed-up
+# train.bf16=auto chooses bf16 from this matmul speed-up on: a Transformer-tiny training step
+# ran 0.8x as fast in bf16 where the probe found 0.6 (2-core Xeon, no AMX) and 1.17x where it
+# found 2.2 (2-core Zen 4), so the step breaks even near 1.4.
+AUTO = 1.5
 
 
 def cpu_model() -> str:
@@ -66,6 +70,19 @@ def bf16_matmul_speedup() -> float:
     (above 1: bf16 is faster)."""
     gflops = matmul_gflops()
     return gflops["bfloat16"] / gflops["float32"]
+
+
+def bf16_pays(device: torch.device) -> bool:
+    """Whether bf16 autocast should make training on `device` faster: on a CPU, by the probe;
+    on a GPU, wherever it supports bfloat16."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    if device.type != "cpu":
+        return False
+    speedup = bf16_matmul_speedup()
+    log.info("this CPU multiplies bfloat16 matrices at %.2fx the speed of float32; bf16 "
+             "autocast pays from %gx", speedup, AUTO)
+    return speedup >= AUTO
 
 
 def warn_if_bf16_is_slow(device: torch.device, *, setting: str, instead: str) -> None:

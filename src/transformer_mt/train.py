@@ -29,7 +29,7 @@ from .checkpoint import (
     save_checkpoint,
 )
 from .config import Config, ModelConfig, TrainConfig, config_to_dict
-from .cpu_speed import cpu_model, matmul_gflops, warn_if_bf16_is_slow
+from .cpu_speed import bf16_pays, cpu_model, matmul_gflops, warn_if_bf16_is_slow
 from .data import VOCAB_FILE, ParallelData, load_meta, load_vocab, token_batches
 from .distributed import World, all_sum, gather_rng, init_world, shutdown
 from .evaluate import sacrebleu_scores
@@ -426,6 +426,16 @@ def precision(tcfg: TrainConfig, device: torch.device) -> contextlib.ExitStack:
     return stack
 
 
+def auto_bf16(device: torch.device, world: World) -> bool:
+    """train.bf16=auto: bf16 autocast where it pays (cpu_speed.bf16_pays), as rank 0 finds it,
+    so that every rank of a run computes alike."""
+    choice = world.is_main and bf16_pays(device)
+    choice = all_sum([float(choice)], world, device)[0] > 0
+    if world.is_main:
+        log.info("train.bf16=auto: %s", "bf16 autocast" if choice else "float32")
+    return choice
+
+
 def apply_update(model: Transformer, optimizer: torch.optim.Optimizer,
                  scaler: torch.amp.GradScaler, *, clip_norm: float, loss_finite: bool) -> bool:
     """One optimizer update from the accumulated gradients, unless the loss or the gradient is
@@ -489,7 +499,9 @@ def _train(cfg: Config, data_dir: Path, run_dir: Path, ignore_mismatch: bool, wo
     train_data = ParallelData(data_dir, "train")
     valid_data = ParallelData(data_dir, "valid") if (data_dir / "valid.src.txt").exists() else None
     model = Transformer(cfg.model).to(device)
-    if tcfg.bf16 and world.is_main:
+    if tcfg.bf16 == "auto":  # the run's config keeps "auto"; this process uses the choice
+        tcfg = dataclasses.replace(tcfg, bf16=auto_bf16(device, world))
+    elif tcfg.bf16 and world.is_main:
         warn_if_bf16_is_slow(device, setting="train.bf16",
                              instead="train in float32 (--train.bf16=false)")
     optimizer = make_optimizer(model, tcfg)
@@ -511,6 +523,7 @@ def _train(cfg: Config, data_dir: Path, run_dir: Path, ignore_mismatch: bool, wo
     if world.is_main and device.type == "cpu":  # today's pace of this machine, for comparisons
         gflops, cpu = matmul_gflops(), cpu_model()
         metrics.write("machine", state["step"], cpu=cpu, threads=torch.get_num_threads(),
+                      bf16=tcfg.bf16,
                       **{f"{dtype}_matmul_gflops": round(v, 1) for dtype, v in gflops.items()})
         log.info("%s multiplies matrices at %.0f GFLOP/s in float32 and %.0f in bfloat16 with "
                  "%d threads", cpu, gflops["float32"], gflops["bfloat16"], torch.get_num_threads())
