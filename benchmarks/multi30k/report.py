@@ -22,6 +22,12 @@ def run_commit(log: Path) -> str:
     return match.group(1) if match else "unknown"
 
 
+def median(values) -> float:
+    """The middle value (the upper one of an even count)."""
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2]
+
+
 def selected_setting(path: Path, cast, field: str):
     """The decoding setting finish.sh chose on val and wrote to `path`; DecodeConfig's default
     for runs finished before it chose that setting."""
@@ -45,6 +51,8 @@ def main(out: Path) -> None:
         if (out / "test.tokbleu.json").exists() else None
     # finish.sh LC_TOK=1: a model of the tok/*.lc.norm.tok files writes tokenized lowercase text
     tokenized = tokbleu is not None and "hyp:pre-tokenized" in tokbleu["tok_bleu_protocol"]
+    probe_gflops = [m["bfloat16_matmul_gflops" if m.get("bf16", config["train"]["bf16"])
+                      else "float32_matmul_gflops"] for m in machine]
     results = {
         "task": out.name,
         "languages": config["languages"],
@@ -61,7 +69,12 @@ def main(out: Path) -> None:
         "train": {"steps": state["step"], "epochs": state["epoch"],
                   "target_tokens": state["tokens"],
                   "train_wall_minutes": round(state["train_seconds"] / 60, 1),
-                  "median_tokens_per_s": sorted(m["tokens_per_s"] for m in train)[len(train) // 2],
+                  "median_tokens_per_s": median(m["tokens_per_s"] for m in train),
+                  # per GFLOP/s of train's matmul probe in the dtype it trained in: runs on
+                  # other machines or days compared at equal compute
+                  "tokens_per_s_per_matmul_gflops": round(
+                      median(m["tokens_per_s"] for m in train) / median(probe_gflops), 2)
+                  if probe_gflops else None,
                   "final_train_loss": train[-1]["loss"]},
         "valid_curve": [{k: m[k] for k in ("step", "loss", "ppl", "bleu") if k in m}
                         for m in valid],
