@@ -56,6 +56,27 @@ def test_bf16_cpu_attention_is_the_fp32_reference_to_bf16_precision(seed, t, s, 
         torch.testing.assert_close(got.grad.float(), ref.grad, atol=0.1, rtol=0.05)
 
 
+def test_bf16_cpu_attention_drops_whole_weights_with_the_models_dropout():
+    """Written out, dropout on the attention weights is the model's (dropout.py): each weight
+    zeroed with probability p, the others the fp32 softmax's scaled by 1 / (1 - p); the same
+    seed draws the same mask."""
+    g = torch.Generator().manual_seed(0)
+    q, k = (torch.randn(8, 4, 30, 16, generator=g).bfloat16().requires_grad_() for _ in range(2))
+    eye = torch.eye(30, dtype=torch.bfloat16).expand(8, 4, 30, 30)  # out = the weights
+    torch.manual_seed(3)
+    weights = attention(q, k, eye, None, dropout_p=0.25)
+    torch.manual_seed(3)
+    assert torch.equal(attention(q, k, eye, None, dropout_p=0.25), weights)
+    dropped = weights == 0
+    n = dropped.numel()
+    assert abs(dropped.float().mean() - 0.25) < 4 * (0.25 * 0.75 / n) ** 0.5  # 4 sigma
+    softmax = reference_attention(q.float(), k.float(), torch.eye(30), None)
+    torch.testing.assert_close(weights[~dropped].float(), softmax[~dropped] / 0.75,
+                               atol=1e-3, rtol=1e-2)
+    weights.float().sum().backward()
+    assert q.grad is not None and torch.isfinite(q.grad).all()
+
+
 def test_attention_dispatch_keeps_sdpa_for_fp32_and_for_bf16_without_gradients():
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 2, 5, 4, generator=g) for _ in range(3))

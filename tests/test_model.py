@@ -10,13 +10,8 @@ from conftest import random_batch, tiny_config, tiny_model
 from transformer_mt import Transformer, load_config
 from transformer_mt.attention import padding_mask
 from transformer_mt.config import TrainConfig
-from transformer_mt.model import (
-    DecoderLayer,
-    Dropout,
-    EncoderLayer,
-    keep_mask,
-    sinusoidal_positions,
-)
+from transformer_mt.dropout import Dropout, keep_mask
+from transformer_mt.model import DecoderLayer, EncoderLayer, sinusoidal_positions
 from transformer_mt.model_stats import count_parameters, forward_flops_per_token, model_stats
 from transformer_mt.train import make_optimizer
 

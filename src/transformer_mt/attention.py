@@ -16,6 +16,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from .dropout import dropout
+
 
 def reference_attention(q_BHTK: Tensor, k_BHLK: Tensor, v_BHLV: Tensor, mask: Tensor | None):
     """softmax(Q K^T / sqrt(d_k)) V, written out (eq. 1). The fast path is tested against it."""
@@ -33,7 +35,9 @@ def attention(q_BHTK: Tensor, k_BHLK: Tensor, v_BHLV: Tensor, mask: Tensor | Non
     heads x 26 x 26: 30 ms against 7.5 on the 2-core Zen 5); whole bf16 training steps ran 1.06x
     (small) and 1.05-1.11x (base) faster written out, with ~400 MiB less peak memory at base. In
     fp32 the two are as fast, and SDPA is kept; so it is when decoding in bf16 (one query a
-    step), where written out was 0.82x as fast (beam 4, small shape, 2-core Xeon)."""
+    step), where written out was 0.82x as fast (beam 4, small shape, 2-core Xeon). Written out,
+    the weights' dropout is the model's (dropout.py): F.dropout's bernoulli kernel took 4 % of a
+    Transformer-tiny bf16 step with attention dropout 0.1 (benchmarks/results/speed-tiny-step)."""
     training_bf16_on_cpu = q_BHTK.device.type == "cpu" and q_BHTK.dtype == torch.bfloat16 \
         and q_BHTK.requires_grad
     if not training_bf16_on_cpu:
@@ -44,9 +48,7 @@ def attention(q_BHTK: Tensor, k_BHLK: Tensor, v_BHLV: Tensor, mask: Tensor | Non
         bias = torch.zeros(mask.shape, dtype=scores_BHTL.dtype, device=mask.device)
         scores_BHTL = scores_BHTL + bias.masked_fill_(~mask, float("-inf"))
     weights_BHTL = torch.softmax(scores_BHTL, dim=-1, dtype=torch.float32).to(v_BHLV.dtype)
-    if dropout_p:
-        weights_BHTL = F.dropout(weights_BHTL, dropout_p)
-    return weights_BHTL @ v_BHLV
+    return dropout(weights_BHTL, dropout_p) @ v_BHLV
 
 
 def attention_kernels(device: torch.device) -> contextlib.AbstractContextManager:

@@ -19,6 +19,7 @@ from torch import Tensor, nn
 
 from .attention import KVCache, MultiHeadAttention, causal_mask, padding_mask
 from .config import ModelConfig
+from .dropout import Dropout
 
 
 def sinusoidal_positions(n_positions: int, d_model: int, layout: str = "interleaved") -> Tensor:
@@ -43,44 +44,6 @@ def sinusoidal_positions(n_positions: int, d_model: int, layout: str = "interlea
     else:
         raise ValueError(f"unknown sinusoid layout {layout!r}")
     return table.float()
-
-
-class Dropout(nn.Module):
-    """Dropout (§5.4): in training, zero each element with probability p and scale the rest by
-    1 / (1 - p); the identity in eval mode. The mask compares 16-bit random numbers with
-    p * 2^16 (rounded: 0.1 acts as 0.1000061), four of them cut from each 64-bit draw of the
-    generator: on a 2-core Zen 5, torch.rand's float per element took ~10 % of a
-    Transformer-tiny training step (nn.Dropout's bernoulli kernel 2.4x that); with this mask the
-    bf16 step ran 1.15x faster (the same batches, the two masks alternating in one process).
-    The mask multiplies as uint8, so backward keeps 1 byte per element, not a float mask."""
-
-    def __init__(self, p: float):
-        super().__init__()
-        self.p = p
-        self.threshold = min(round(p * 2**16), 2**16 - 1)  # drop where the 16-bit number is below
-        self.scale = 2**16 / (2**16 - self.threshold)  # 1 / (1 - p) for the rounded p
-
-    def forward(self, x: Tensor) -> Tensor:
-        if not self.training or self.threshold == 0:
-            return x
-        if torch.compiler.is_compiling():  # train.compile: Inductor fuses its own random numbers
-            return F.dropout(x, self.p, training=True)  # into the kernels around the mask
-        keep = keep_mask(x.shape, self.threshold, x.device)
-        return (x * keep.view(torch.uint8)).mul_(self.scale)  # uint8 x float: a fast kernel
-
-    def extra_repr(self) -> str:
-        return f"p={self.p}"
-
-
-def keep_mask(shape: torch.Size, threshold: int, device: torch.device) -> Tensor:
-    """A boolean mask of `shape`, each element False with probability threshold / 2^16
-    (threshold in [0, 2^16)): the four 16-bit lanes of random int64s drawn from the whole 64-bit
-    range are uniform on [-2^15, 2^15), and compared where they lie in memory (a contiguous
-    compare; picking three lanes of a draw in [0, 2^63) took as long as drawing them)."""
-    n = shape.numel()
-    words = -(-n // 4)
-    draws_W = torch.empty(words, dtype=torch.int64, device=device).random_(-2**63, None)
-    return (draws_W.view(torch.int16)[:n] >= threshold - 2**15).view(shape)
 
 
 class Embeddings(nn.Module):
