@@ -51,6 +51,7 @@ def main(out: Path) -> None:
         if (out / "test.tokbleu.json").exists() else None
     # finish.sh LC_TOK=1: a model of the tok/*.lc.norm.tok files writes tokenized lowercase text
     tokenized = tokbleu is not None and "hyp:pre-tokenized" in tokbleu["tok_bleu_protocol"]
+    tokens_per_s = median(m["tokens_per_s"] for m in train)
     probe_gflops = [m["bfloat16_matmul_gflops" if m.get("bf16", config["train"]["bf16"])
                       else "float32_matmul_gflops"] for m in machine]
     results = {
@@ -69,11 +70,11 @@ def main(out: Path) -> None:
         "train": {"steps": state["step"], "epochs": state["epoch"],
                   "target_tokens": state["tokens"],
                   "train_wall_minutes": round(state["train_seconds"] / 60, 1),
-                  "median_tokens_per_s": median(m["tokens_per_s"] for m in train),
+                  "median_tokens_per_s": tokens_per_s,
                   # per GFLOP/s of train's matmul probe in the dtype it trained in: runs on
                   # other machines or days compared at equal compute
                   "tokens_per_s_per_matmul_gflops": round(
-                      median(m["tokens_per_s"] for m in train) / median(probe_gflops), 2)
+                      tokens_per_s / median(probe_gflops), 2)
                   if probe_gflops else None,
                   "final_train_loss": train[-1]["loss"]},
         "valid_curve": [{k: m[k] for k in ("step", "loss", "ppl", "bleu") if k in m}

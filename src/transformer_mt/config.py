@@ -7,6 +7,7 @@ the wrong type are errors that name the key.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
 import types
@@ -300,12 +301,11 @@ def _coerce(value: Any, hint: Any, path: str) -> Any:
         if value is None and type(None) in typing.get_args(hint):
             return None
         members = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(members) == 1:
+            return _coerce(value, members[0], path)
         for member in members:
-            try:
+            with contextlib.suppress(ConfigError):
                 return _coerce(value, member, path)
-            except ConfigError:
-                if len(members) == 1:
-                    raise
         allowed = " or ".join(", ".join(map(repr, typing.get_args(m))) if
                               typing.get_origin(m) is Literal else m.__name__ for m in members)
         raise ConfigError(f"'{path}' must be {allowed}, got {value!r}")

@@ -38,7 +38,10 @@ class Dropout(nn.Module):
     def __init__(self, p: float):
         super().__init__()
         self.p = p
-        self.threshold = threshold(p)
+
+    @property
+    def threshold(self) -> int:
+        return threshold(self.p)
 
     def forward(self, x: Tensor) -> Tensor:
         if not self.training:

@@ -29,7 +29,7 @@ from .checkpoint import (
     save_checkpoint,
 )
 from .config import Config, ModelConfig, TrainConfig, config_to_dict
-from .cpu_speed import bf16_pays, cpu_model, matmul_gflops, warn_if_bf16_is_slow
+from .cpu_speed import bf16_pays, cpu_model, probed_gflops, warn_if_bf16_is_slow
 from .data import VOCAB_FILE, ParallelData, load_meta, load_vocab, token_batches
 from .distributed import World, all_sum, gather_rng, init_world, shutdown
 from .evaluate import sacrebleu_scores
@@ -521,7 +521,7 @@ def _train(cfg: Config, data_dir: Path, run_dir: Path, ignore_mismatch: bool, wo
     metrics = MetricsLog(run_dir, resume_step=state["step"] if latest is not None else None,
                          enabled=world.is_main)
     if world.is_main and device.type == "cpu":  # today's pace of this machine, for comparisons
-        gflops, cpu = matmul_gflops(), cpu_model()
+        gflops, cpu = probed_gflops(), cpu_model()
         metrics.write("machine", state["step"], cpu=cpu, threads=torch.get_num_threads(),
                       bf16=tcfg.bf16,
                       **{f"{dtype}_matmul_gflops": round(v, 1) for dtype, v in gflops.items()})
