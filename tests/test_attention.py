@@ -11,6 +11,7 @@ from transformer_mt.attention import (
     causal_mask,
     padding_mask,
     reference_attention,
+    written_out,
 )
 
 
@@ -77,13 +78,37 @@ def test_bf16_cpu_attention_drops_whole_weights_with_the_models_dropout():
     assert q.grad is not None and torch.isfinite(q.grad).all()
 
 
-def test_attention_dispatch_keeps_sdpa_for_fp32_and_for_bf16_without_gradients():
+def test_attention_dispatch_keeps_sdpa_for_small_inference_batches_and_fp32_training():
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 2, 5, 4, generator=g) for _ in range(3))
     mask = causal_mask(5)
+    assert not written_out(q)  # 2 x 2 x 5 query rows: one sentence's worth, fused
     assert torch.equal(attention(q, k, v, mask), F.scaled_dot_product_attention(q, k, v, mask))
-    q, k, v = q.bfloat16(), k.bfloat16(), v.bfloat16()  # decoding: SDPA, as fast as it gets
+    q, k, v = q.bfloat16(), k.bfloat16(), v.bfloat16()
     assert torch.equal(attention(q, k, v, mask), F.scaled_dot_product_attention(q, k, v, mask))
+    big = torch.randn(64, 4, 20, 8, requires_grad=True)
+    assert not written_out(big)  # fp32 training: fused
+    assert written_out(big.detach()) and written_out(big.bfloat16())  # decoding at batch; bf16
+    one_query = torch.randn(64, 4, 1, 8)  # the decoder's self-attention, one step, greedy
+    assert not written_out(one_query) and written_out(one_query.bfloat16())
+    assert written_out(torch.randn(256, 4, 1, 8))  # ... beam 4
+
+
+@settings(max_examples=20, deadline=None)
+@given(seed=st.integers(0, 2**16), t=st.integers(1, 6), s=st.integers(1, 9),
+       rows=st.sampled_from([16, 64, 256]))
+def test_inference_attention_at_batch_equals_the_reference(seed, t, s, rows):
+    """Decoding and validation batches take the written-out path (`written_out`): the same
+    values as eq. (1) written naively, with padding masks."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(rows, 4, t, 8, generator=g)
+    k, v = torch.randn(rows, 4, s, 8, generator=g), torch.randn(rows, 4, s, 8, generator=g)
+    is_pad = torch.rand(rows, s, generator=g) < 0.3
+    is_pad[0] = True  # a fully padded row attends everywhere
+    mask = padding_mask(is_pad)
+    assert written_out(q) == (rows * 4 * t >= (1024 if t == 1 else 256))
+    torch.testing.assert_close(attention(q, k, v, mask), reference_attention(q, k, v, mask),
+                               atol=1e-5, rtol=1e-5)
 
 
 def test_multihead_attention_equals_torch_multihead_attention():
@@ -136,10 +161,13 @@ def test_kv_cache_extend_and_reorder():
     k, v = cache.extend(k1 + 10, v1 - 10)
     assert len(cache) == 2 and k[:, 0, :, 0].tolist() == [[0, 10], [1, 11]]
     cache.reorder(torch.tensor([1, 1]))
-    k, v = cache.extend(k1 + 20, v1 - 20)  # growing past the first capacity keeps everything
+    k, v = cache.extend(k1 + 20, v1 - 20)
+    assert k.is_contiguous() and v.is_contiguous()  # a reorder leaves one position to spare
+    k, v = cache.extend(k1 + 25, v1 - 25)  # growing past it keeps everything
+    assert k[:, 0, :, 0].tolist() == [[1, 11, 20, 25], [1, 11, 21, 26]]
     for _ in range(20):
         k, v = cache.extend(k1 + 30, v1 - 30)
-    assert len(cache) == 23 and k.shape == (2, 1, 23, 1)
+    assert len(cache) == 24 and k.shape == (2, 1, 24, 1)
     assert k[:, 0, :3, 0].tolist() == [[1, 11, 20], [1, 11, 21]]
     assert v[:, 0, :3, 0].tolist() == [[-1, -11, -20], [-1, -11, -21]]
 

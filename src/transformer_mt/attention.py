@@ -29,18 +29,11 @@ def reference_attention(q_BHTK: Tensor, k_BHLK: Tensor, v_BHLV: Tensor, mask: Te
 
 def attention(q_BHTK: Tensor, k_BHLK: Tensor, v_BHLV: Tensor, mask: Tensor | None,
               dropout_p: float = 0.0) -> Tensor:
-    """Eq. (1) with dropout on the weights: torch's fused `scaled_dot_product_attention`, except
-    when training in bf16 on the CPU, where it is written out with the softmax in fp32. There the
-    fused kernel took 4x as long for a training batch's forward and backward (160 sentences x 4
-    heads x 26 x 26: 30 ms against 7.5 on the 2-core Zen 5); whole bf16 training steps ran 1.06x
-    (small) and 1.05-1.11x (base) faster written out, with ~400 MiB less peak memory at base. In
-    fp32 the two are as fast, and SDPA is kept; so it is when decoding in bf16 (one query a
-    step), where written out was 0.82x as fast (beam 4, small shape, 2-core Xeon). Written out,
+    """Eq. (1) with dropout on the weights: torch's fused `scaled_dot_product_attention`, or
+    written out with the softmax in fp32 where that is faster (`written_out`). Written out,
     the weights' dropout is the model's (dropout.py): F.dropout's bernoulli kernel took 4 % of a
     Transformer-tiny bf16 step with attention dropout 0.1 (benchmarks/results/speed-tiny-step)."""
-    training_bf16_on_cpu = q_BHTK.device.type == "cpu" and q_BHTK.dtype == torch.bfloat16 \
-        and q_BHTK.requires_grad
-    if not training_bf16_on_cpu:
+    if not written_out(q_BHTK):
         return F.scaled_dot_product_attention(q_BHTK, k_BHLK, v_BHLV, attn_mask=mask,
                                               dropout_p=dropout_p)
     scores_BHTL = (q_BHTK @ k_BHLK.transpose(-2, -1)).mul_(1 / math.sqrt(q_BHTK.size(-1)))
@@ -49,6 +42,29 @@ def attention(q_BHTK: Tensor, k_BHLK: Tensor, v_BHLV: Tensor, mask: Tensor | Non
         scores_BHTL = scores_BHTL + bias.masked_fill_(~mask, float("-inf"))
     weights_BHTL = torch.softmax(scores_BHTL, dim=-1, dtype=torch.float32).to(v_BHLV.dtype)
     return dropout(weights_BHTL, dropout_p) @ v_BHLV
+
+
+def written_out(q_BHTK: Tensor) -> bool:
+    """Whether eq. (1) is written out instead of fused, decided by what ran faster on 2-core
+    CPUs (on the CPU the fused kernel's cost is mostly per (batch, head) pair):
+    - training in bf16: the fused kernel took 4x as long for a training batch's forward and
+      backward (160 sentences x 4 heads x 26 x 26: 30 ms against 7.5, Zen 5); whole bf16 steps
+      ran 1.05-1.11x faster written out, with ~400 MiB less peak memory at base;
+    - without autograd (decoding, validation), from 256 query rows (batch x heads x queries):
+      beam search's cross-attention (its beams are the queries of one row: 64 sentences x 4
+      heads x 4 x 20 keys) took 3-4x as long fused, the encoder's (64 x 4 x 20 x 20) 2.2x.
+      With one query per row in fp32 (the decoder's self-attention), only from 1,024 rows (beam
+      4 at batch 64): at 256 (greedy at batch 64) the two were level. With fewer rows (one
+      sentence) the fused kernel was up to 2x faster (Zen 4, benchmarks/results/speed-kv-tight).
+    In fp32 training the fused kernel was faster (forward and backward 1.4-1.7x) and is kept;
+    on a GPU always."""
+    if q_BHTK.device.type != "cpu":
+        return False
+    if q_BHTK.requires_grad:
+        return q_BHTK.dtype == torch.bfloat16
+    B, H, T, _ = q_BHTK.shape
+    one_query_fp32 = T == 1 and q_BHTK.dtype == torch.float32
+    return B * H * T >= (1024 if one_query_fp32 else 256)
 
 
 def attention_kernels(device: torch.device) -> contextlib.AbstractContextManager:
@@ -78,9 +94,14 @@ def causal_mask(t: int, offset: int = 0, device: torch.device | None = None) -> 
 
 
 class KVCache:
-    """Keys and values of one self-attention layer for the positions decoded so far, in a buffer
-    that grows by doubling (appending a step copies only the new position). dtype: kept in that
-    dtype (e.g. bfloat16: half the bytes for beam search to move) instead of the projections'."""
+    """Keys and values of one self-attention layer for the positions decoded so far. Appending a
+    step copies only the new position, into a buffer that grows by doubling. A reorder (beam
+    search moving hypotheses between rows, finished sentences leaving) copies the kept rows'
+    filled positions into a new buffer with one position to spare, so that attention reads
+    keys and values that are contiguous: read from the first positions of a larger buffer
+    they took twice as long (beam 4, batch 64, small shape; benchmarks/results/speed-kv-tight).
+    dtype: kept in that dtype (e.g. bfloat16: half the bytes to move) instead of the
+    projections'."""
 
     def __init__(self, dtype: torch.dtype | None = None):
         self.k_BHCK: Tensor | None = None  # C: capacity >= length
@@ -98,25 +119,35 @@ class KVCache:
         end = self.length + k_BHTK.size(2)
         if self.k_BHCK is None or end > self.k_BHCK.size(2):
             capacity = max(2 * end, 16)
-            self.k_BHCK = self._grown(self.k_BHCK, k_BHTK, capacity)
-            self.v_BHCV = self._grown(self.v_BHCV, v_BHTV, capacity)
+            self.k_BHCK = self._copied(self.k_BHCK, like=k_BHTK, capacity=capacity)
+            self.v_BHCV = self._copied(self.v_BHCV, like=v_BHTV, capacity=capacity)
         self.k_BHCK[:, :, self.length : end] = k_BHTK
         self.v_BHCV[:, :, self.length : end] = v_BHTV
         self.length = end
         return self.k_BHCK[:, :, :end], self.v_BHCV[:, :, :end]
 
-    def _grown(self, old: Tensor | None, like: Tensor, capacity: int) -> Tensor:
-        B, H, _, D = like.shape
-        new = like.new_empty(B, H, capacity, D)
-        if old is not None:
-            new[:, :, : self.length] = old[:, :, : self.length]
-        return new
+    def _copied(self, old_BHCX: Tensor | None, *, like: Tensor, capacity: int,
+                rows_B: Tensor | None = None) -> Tensor:
+        """A new buffer of `capacity` positions holding the filled positions of `old` (of its
+        rows `rows_B` when given), shaped like `like` otherwise."""
+        B = like.size(0) if rows_B is None else len(rows_B)
+        new_BHCX = like.new_empty(B, like.size(1), capacity, like.size(3))
+        if old_BHCX is not None:
+            filled_BHLX = old_BHCX[:, :, : self.length]
+            if rows_B is None:
+                new_BHCX[:, :, : self.length] = filled_BHLX
+            else:
+                torch.index_select(filled_BHLX, 0, rows_B, out=new_BHCX[:, :, : self.length])
+        return new_BHCX
 
     def reorder(self, index_B: Tensor) -> None:
-        """Keep batch rows `index_B` (beam search moves hypotheses between rows)."""
+        """Row i now holds what row index_B[i] held."""
         if self.k_BHCK is not None:
-            self.k_BHCK = self.k_BHCK.index_select(0, index_B)  # capacity kept: C <= 2 x length
-            self.v_BHCV = self.v_BHCV.index_select(0, index_B)
+            capacity = self.length + 1  # the next step's position
+            self.k_BHCK = self._copied(self.k_BHCK, like=self.k_BHCK, capacity=capacity,
+                                       rows_B=index_B)
+            self.v_BHCV = self._copied(self.v_BHCV, like=self.v_BHCV, capacity=capacity,
+                                       rows_B=index_B)
 
 
 class MultiHeadAttention(nn.Module):

@@ -335,6 +335,8 @@ class Transformer(nn.Module):
             cross_kvs, cross_mask = self.cross_kvs(memory), padding_mask(memory.src_is_pad_BS)
         else:
             cross_kvs, cross_mask = cache.cross_kvs, cache.cross_mask
+            if T == 1:  # one new position attends to every cached one: no mask to apply
+                self_mask = None
         x_BTD = self.decoder(
             self.tgt_embed(tgt_BT, start), cross_kvs=cross_kvs, self_mask=self_mask,
             cross_mask=cross_mask, caches=None if cache is None else cache.self_kv,
