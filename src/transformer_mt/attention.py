@@ -30,12 +30,18 @@ def reference_attention(q_BHTK: Tensor, k_BHLK: Tensor, v_BHLV: Tensor, mask: Te
 def attention(q_BHTK: Tensor, k_BHLK: Tensor, v_BHLV: Tensor, mask: Tensor | None,
               dropout_p: float = 0.0) -> Tensor:
     """Eq. (1) with dropout on the weights: torch's fused `scaled_dot_product_attention`, or
-    written out with the softmax in fp32 where that is faster (`written_out`). Written out,
-    the weights' dropout is the model's (dropout.py): F.dropout's bernoulli kernel took 4 % of a
-    Transformer-tiny bf16 step with attention dropout 0.1 (benchmarks/results/speed-tiny-step)."""
-    if not written_out(q_BHTK):
-        return F.scaled_dot_product_attention(q_BHTK, k_BHLK, v_BHLV, attn_mask=mask,
-                                              dropout_p=dropout_p)
+    written out where that is faster (`written_out`)."""
+    if written_out(q_BHTK):
+        return written_out_attention(q_BHTK, k_BHLK, v_BHLV, mask, dropout_p)
+    return F.scaled_dot_product_attention(q_BHTK, k_BHLK, v_BHLV, attn_mask=mask,
+                                          dropout_p=dropout_p)
+
+
+def written_out_attention(q_BHTK: Tensor, k_BHLK: Tensor, v_BHLV: Tensor, mask: Tensor | None,
+                          dropout_p: float = 0.0) -> Tensor:
+    """Eq. (1) in matrix products, the softmax in fp32. The weights' dropout is the model's
+    (dropout.py): F.dropout's bernoulli kernel took 4 % of a Transformer-tiny bf16 step with
+    attention dropout 0.1 (benchmarks/results/speed-tiny-step)."""
     scores_BHTL = (q_BHTK @ k_BHLK.transpose(-2, -1)).mul_(1 / math.sqrt(q_BHTK.size(-1)))
     if mask is not None:  # an additive -inf bias: adding is faster here than masked_fill
         bias = torch.zeros(mask.shape, dtype=scores_BHTL.dtype, device=mask.device)
@@ -45,26 +51,27 @@ def attention(q_BHTK: Tensor, k_BHLK: Tensor, v_BHLV: Tensor, mask: Tensor | Non
 
 
 def written_out(q_BHTK: Tensor) -> bool:
-    """Whether eq. (1) is written out instead of fused, decided by what ran faster on 2-core
-    CPUs (on the CPU the fused kernel's cost is mostly per (batch, head) pair):
+    """Whether eq. (1) is written out instead of fused, by what ran faster on 2-core CPUs:
     - training in bf16: the fused kernel took 4x as long for a training batch's forward and
       backward (160 sentences x 4 heads x 26 x 26: 30 ms against 7.5, Zen 5); whole bf16 steps
       ran 1.05-1.11x faster written out, with ~400 MiB less peak memory at base;
-    - without autograd (decoding, validation), from 256 query rows (batch x heads x queries):
-      beam search's cross-attention (its beams are the queries of one row: 64 sentences x 4
-      heads x 4 x 20 keys) took 3-4x as long fused, the encoder's (64 x 4 x 20 x 20) 2.2x.
-      With one query per row in fp32 (the decoder's self-attention), only from 1,024 rows (beam
-      4 at batch 64): at 256 (greedy at batch 64) the two were level. With fewer rows (one
-      sentence) the fused kernel was up to 2x faster (Zen 4, benchmarks/results/speed-kv-tight).
-    In fp32 training the fused kernel was faster (forward and backward 1.4-1.7x) and is kept;
+    - without autograd (decoding, validation), from 1,024 query rows (batch x heads x queries)
+      in fp32 and 256 in bf16: beam 4 at batch 64 (the decoder's self-attention, 256 rows x 4
+      heads x 1 query, and its cross-attention, whose queries are a sentence's 4 beams) and the
+      encoder at batch 64 ran 1.1-1.9x (fp32) and 1.6-5x (bf16) faster written out, as did
+      greedy decoding at batch 64 in bf16 (64 x 4 x 1); fewer rows (one sentence; fp32 greedy)
+      were up to 3x faster fused (`benchmarks/speed/attention_paths.py` on a Zen 4: beam-4
+      decoding at batch 64 then ran 1.05-1.09x faster in fp32 and int8, 1.2x in bf16;
+      benchmarks/results/speed-kv-tight). On a 2-core Xeon, bf16 beam-4 decoding written out
+      was once 0.82x as fast (before the caches were tight): the best choice may differ by CPU.
+    In fp32 training the fused kernel was faster (forward and backward 1.8-2.3x) and is kept;
     on a GPU always."""
     if q_BHTK.device.type != "cpu":
         return False
     if q_BHTK.requires_grad:
         return q_BHTK.dtype == torch.bfloat16
     B, H, T, _ = q_BHTK.shape
-    one_query_fp32 = T == 1 and q_BHTK.dtype == torch.float32
-    return B * H * T >= (1024 if one_query_fp32 else 256)
+    return B * H * T >= (256 if q_BHTK.dtype == torch.bfloat16 else 1024)
 
 
 def attention_kernels(device: torch.device) -> contextlib.AbstractContextManager:
