@@ -1,9 +1,9 @@
 """Before / after in one process (the machine's speed drifts by +-10 % between processes):
 commit b0b1e82's KV-cache reorder (index_select of the whole buffer) and attention dispatch
 (fused except for bf16 training) against this commit's, alternating, ROUNDS rounds over the
-1,014 val sentences (batch 64, 30 forced tokens, small shape, random weights).
+1,014 val sentences (batch 64, 30 forced tokens, random weights; shape small unless given).
 
-    PYTHONPATH=src python benchmarks/results/speed-kv-tight/ab_inprocess.py DATA int8 4
+    PYTHONPATH=src python benchmarks/results/speed-kv-tight/ab_inprocess.py DATA int8 4 [base]
 """
 
 import os
@@ -34,9 +34,10 @@ def written_out_before(q):
 
 
 data_dir, dtype, beam = sys.argv[1], sys.argv[2], int(sys.argv[3])
+shape = sys.argv[4] if len(sys.argv) > 4 else "small"
 variants = {"before": (reorder_before, written_out_before),
             "after": (attention.KVCache.reorder, attention.written_out)}
-cfg = load_config("small", ["model.vocab_size=8000", "model.dropout=0.0"]).model
+cfg = load_config(shape, ["model.vocab_size=8000", "model.dropout=0.0"]).model
 torch.manual_seed(0)
 engine = build("ours", cfg, dtype=dtype, threads=torch.get_num_threads())
 data = ParallelData(data_dir, "valid")
@@ -53,5 +54,5 @@ for _ in range(int(os.environ.get("ROUNDS", 5))):
         speeds[name].append(len(order) / (time.perf_counter() - start))
 before, after = (statistics.median(speeds[n]) for n in variants)
 rounded = {name: [round(x, 1) for x in values] for name, values in speeds.items()}
-print(f"{dtype} beam {beam}: sentences/s before {before:.1f} {rounded['before']}, "
+print(f"{shape} {dtype} beam {beam}: sentences/s before {before:.1f} {rounded['before']}, "
       f"after {after:.1f} {rounded['after']}: after/before {after / before:.3f}")
