@@ -327,7 +327,9 @@ class Transformer(nn.Module):
         cache, tgt holds only the positions after those already decoded into it."""
         start = 0 if cache is None else len(cache)
         T = tgt_BT.size(1)
-        self_mask = causal_mask(T, start, device=tgt_BT.device)  # (T, start + T)
+        # (T, start + T); none where one new position attends to every cached one
+        self_mask = None if cache is not None and T == 1 else \
+            causal_mask(T, start, device=tgt_BT.device)
         if cache is None:
             tgt_is_pad_BT = tgt_BT.eq(self.cfg.pad_id)
             tgt_is_pad_BT[:, 0] = False  # position 0 always holds BOS, even if bos_id == pad_id
@@ -335,8 +337,6 @@ class Transformer(nn.Module):
             cross_kvs, cross_mask = self.cross_kvs(memory), padding_mask(memory.src_is_pad_BS)
         else:
             cross_kvs, cross_mask = cache.cross_kvs, cache.cross_mask
-            if T == 1:  # one new position attends to every cached one: no mask to apply
-                self_mask = None
         x_BTD = self.decoder(
             self.tgt_embed(tgt_BT, start), cross_kvs=cross_kvs, self_mask=self_mask,
             cross_mask=cross_mask, caches=None if cache is None else cache.self_kv,
