@@ -271,7 +271,8 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--int8", action="store_true", default=None,
                     help="CPU only: int8 linear layers with dynamically quantised activations "
                          "(faster beam search; its BLEU change: benchmarks/results/multi30k-en-de*/"
-                         "decode_precision.json)")
+                         "decode_precision.json). One quantisation range per batch: a "
+                         "sentence's translation may change with the sentences batched with it")
     tr.add_argument("--kv-bf16", action="store_true", default=None,
                     help="keep attention keys and values in bfloat16 (with --int8 or in fp32): "
                          "beam search moves half the bytes; its BLEU change is in the same "
