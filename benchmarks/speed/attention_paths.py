@@ -35,18 +35,16 @@ def case(rows: int, queries: int, keys: int, *, dtype: torch.dtype, masked: bool
                for n in (queries, keys, keys))
     mask = padding_mask(torch.rand(rows, keys, generator=g) < 0.1) if masked else None
 
-    def fused():
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        if grad:
-            out.sum().backward()
-
-    def naive():
-        out = written_out_attention(q, k, v, mask)
-        if grad:
-            out.sum().backward()
+    def timed(path) -> float:
+        def call():
+            out = path(q, k, v, mask)
+            if grad:
+                out.sum().backward()
+        return microseconds(call, repeats)
 
     with torch.set_grad_enabled(grad):
-        t_fused, t_written = microseconds(fused, repeats), microseconds(naive, repeats)
+        t_fused = timed(F.scaled_dot_product_attention)
+        t_written = timed(written_out_attention)
     return {"rows": rows, "heads": 4, "queries": queries, "keys": keys, "d_k": 64,
             "dtype": str(dtype).removeprefix("torch."), "mask": masked, "backward": grad,
             "fused_us": round(t_fused, 1), "written_out_us": round(t_written, 1),
