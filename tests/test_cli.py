@@ -1,3 +1,4 @@
+import logging
 import subprocess
 import sys
 
@@ -27,7 +28,7 @@ def test_console_script_help():
     assert "info" in out and "translate" in out
 
 
-def test_translate_end_to_end(tmp_path, multi30k_vocab, monkeypatch):
+def test_translate_end_to_end(tmp_path, multi30k_vocab, monkeypatch, caplog):
     torch.manual_seed(0)
     cfg = ModelConfig(vocab_size=len(multi30k_vocab), d_model=32, n_heads=4, d_ff=64,
                       n_encoder_layers=1, n_decoder_layers=1, dropout=0.0)
@@ -35,9 +36,11 @@ def test_translate_end_to_end(tmp_path, multi30k_vocab, monkeypatch):
     src = tmp_path / "in.txt"
     src.write_text("Two dogs.\nA man sleeps.\r\nA girl.\n", encoding="utf-8")
     out = tmp_path / "out.txt"
+    caplog.set_level(logging.INFO, logger="transformer_mt")
     assert main(["translate", "--model", str(tmp_path / "model"), "--input", str(src),
                  "--output", str(out), "--beam-size", "2"]) == 0
     assert len(out.read_text(encoding="utf-8").splitlines()) == 3
+    assert "translated 3 sentences in" in caplog.text and "sentences/s" in caplog.text
     pair = tmp_path / "pair.txt"  # an ensemble of the model with itself: the same translations
     assert main(["translate", "--model", str(tmp_path / "model"), str(tmp_path / "model"),
                  "--input", str(src), "--output", str(pair), "--beam-size", "2"]) == 0

@@ -39,6 +39,14 @@ def test_batched_translation_keeps_order_and_equals_one_by_one(multi30k_vocab):
     assert translator.translate(SENTENCES) == [r[0].text for r in batched]
 
 
+def test_progress_counts_sentences_after_each_batch(multi30k_vocab):
+    translator = make_translator(multi30k_vocab)
+    translator.decode_cfg = DecodeConfig(batch_size=2, max_length_offset=4)
+    done = []
+    results = translator.translate_nbest(SENTENCES, progress=done.append)
+    assert done == [2, 4, 5] and len(results) == len(SENTENCES)
+
+
 def test_from_dir_round_trip(tmp_path, multi30k_vocab):
     translator = make_translator(multi30k_vocab)
     save_model(translator.model, tmp_path, vocab_path=multi30k_vocab.path)

@@ -7,12 +7,14 @@ import dataclasses
 import json
 import logging
 import sys
+import time
 from pathlib import Path
 
 from .config import ConfigError, load_config, preset_names
 from .evaluate import read_text
 from .malloc_tuning import tune_malloc
 from .mbr import UTILITIES
+from .progress import Progress
 
 log = logging.getLogger("transformer_mt")
 
@@ -55,7 +57,15 @@ def _translate(args: argparse.Namespace) -> int:
         sentences = read_text(args.input)
     else:
         sentences = [line.rstrip("\n").removesuffix("\r") for line in sys.stdin]
-    results = translator.translate_nbest(sentences)
+    progress = Progress(total=len(sentences), unit="sentence", enabled=sys.stderr.isatty())
+    start = time.perf_counter()
+    try:
+        results = translator.translate_nbest(sentences, progress=progress.update)
+    finally:
+        progress.close()
+    seconds = time.perf_counter() - start
+    log.info("translated %d sentences in %.1f s (%.1f sentences/s)", len(sentences), seconds,
+             len(sentences) / max(seconds, 1e-9))
     out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
     try:
         for i, nbest in enumerate(results):

@@ -9,7 +9,6 @@ import json
 import logging
 import math
 import random
-import sys
 import time
 from pathlib import Path
 
@@ -35,6 +34,7 @@ from .distributed import World, all_sum, gather_rng, init_world, shutdown
 from .evaluate import sacrebleu_scores
 from .metrics import MetricsLog, plot_curves, resident_mib
 from .model import Transformer, matmul_dtype
+from .progress import Progress
 from .translator import Translator
 
 log = logging.getLogger(__name__)
@@ -285,31 +285,6 @@ def validation_bleu(model: Transformer, data_dir: Path, cfg: Config) -> dict:
     model.train(was_training)
     bleu, signature, chrf, _ = sacrebleu_scores(hyps, refs)
     return {"bleu": bleu, "chrf": chrf, "bleu_signature": signature}
-
-
-class Progress:
-    """A progress bar on a terminal, a log line every log_every steps elsewhere."""
-
-    def __init__(self, *, start: int, total: int, enabled: bool = True):
-        self.bar = None
-        self.enabled = enabled
-        if enabled and sys.stderr.isatty():
-            from tqdm import tqdm
-
-            self.bar = tqdm(initial=start, total=total or None, unit="step", dynamic_ncols=True)
-
-    def update(self, step: int, **values) -> None:
-        text = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
-                         for k, v in values.items())
-        if self.bar is not None:
-            self.bar.n = step
-            self.bar.set_postfix_str(text)
-        elif self.enabled:
-            log.info("step %d: %s", step, text)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
 
 
 # Train settings that may change when a run is resumed: budgets, cadence, device and threads.

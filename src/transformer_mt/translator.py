@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -120,9 +120,11 @@ class Translator:
             )
         return ids
 
-    def translate_nbest(self, sentences: Sequence[str]) -> list[list[Translation]]:
+    def translate_nbest(self, sentences: Sequence[str],
+                        progress: Callable[[int], None] | None = None) -> list[list[Translation]]:
         """The n_best translations of each sentence, best first: by the beam's score, or with
-        decode.mbr by expected utility among all beam_size finished hypotheses (mbr.py)."""
+        decode.mbr by expected utility among all beam_size finished hypotheses (mbr.py).
+        `progress` is called after each batch with the number of sentences translated so far."""
         sources = [self.encode_source(s, i) for i, s in enumerate(sentences)]
         order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
         results: list[list[Translation]] = [[] for _ in sources]
@@ -141,6 +143,8 @@ class Translator:
                 nbests = generate(self.model, src_BS.to(device), cfg)
             for i, hyps in zip(batch, nbests, strict=True):
                 results[i] = [self._detokenize(h) for h in hyps]
+            if progress is not None:
+                progress(start + len(batch))
         if cfg.mbr != "none":
             results = [self._mbr_ranked(nbest) for nbest in results]
         return results
