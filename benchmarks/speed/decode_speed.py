@@ -33,7 +33,8 @@ def timed(fn, device: torch.device) -> float:
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, required=True)
-    parser.add_argument("--engine", choices=["ours", "marian", "torch", "ct2"], default="ours")
+    parser.add_argument("--engine", choices=["ours", "marian", "torch", "fairseq", "ct2"],
+                        default="ours")
     parser.add_argument("--shape", choices=["small", "base"], default="small")
     parser.add_argument("--dtype", choices=["fp32", "bf16", "int8", "fp32+kv", "int8+kv"],
                         default="fp32", help="+kv: ours with --kv-bf16")

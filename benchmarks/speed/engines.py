@@ -146,6 +146,92 @@ class Marian:
                                 **beam_options)
 
 
+def import_fairseq():
+    """fairseq 0.12.2, its last release (2022), as installed by fairseq_env.sh. Its config
+    dataclasses (and those of hydra-core 1.0, which it pins) use instances as field defaults,
+    which Python 3.11 refuses because dataclasses with eq are unhashable; dataclasses made from
+    here on get identity hashing, which is what Python 3.10 allowed. No model code changes."""
+    import dataclasses
+
+    if not getattr(dataclasses, "_hashable_for_fairseq", False):
+        process_class = dataclasses._process_class
+
+        def hashable(cls, *args, **kwargs):
+            cls = process_class(cls, *args, **kwargs)
+            if cls.__hash__ is None:
+                cls.__hash__ = object.__hash__
+            return cls
+
+        dataclasses._process_class = hashable
+        dataclasses._hashable_for_fairseq = True
+    import fairseq.models.transformer
+    import fairseq.sequence_generator
+
+    return fairseq
+
+
+class Fairseq:
+    """fairseq's TransformerModel (post-norm, sinusoidal positions, all embeddings shared, as
+    its transformer architecture) at our shape, trained with the same loss and torch's Adam;
+    decoding with its SequenceGenerator. Our ids map onto its dictionary's specials (pad 1,
+    eos 2, which its decoder also starts from)."""
+
+    name = "fairseq"
+
+    def __init__(self, cfg: ModelConfig, *, bf16: bool):
+        import argparse
+
+        fairseq = import_fairseq()
+        from fairseq.data import Dictionary
+
+        self.dictionary = Dictionary()  # <s> 0, <pad> 1, </s> 2, <unk> 3
+        for i in range(cfg.vocab_size - len(self.dictionary)):
+            self.dictionary.add_symbol(f"t{i}")
+        args = argparse.Namespace(
+            arch="transformer", encoder_embed_dim=cfg.d_model, decoder_embed_dim=cfg.d_model,
+            encoder_ffn_embed_dim=cfg.d_ff, decoder_ffn_embed_dim=cfg.d_ff,
+            encoder_attention_heads=cfg.n_heads, decoder_attention_heads=cfg.n_heads,
+            encoder_layers=cfg.n_encoder_layers, decoder_layers=cfg.n_decoder_layers,
+            dropout=cfg.dropout, attention_dropout=0.0, activation_dropout=0.0,
+            share_all_embeddings=True, max_source_positions=256, max_target_positions=256)
+        fairseq.models.transformer.base_architecture(args)
+        task = argparse.Namespace(source_dictionary=self.dictionary,
+                                  target_dictionary=self.dictionary)
+        self.model = fairseq.models.transformer.TransformerModel.build_model(args, task)
+        self.bf16 = bf16
+        self.optimizer = adam(self.model)
+        # our pad 0, unk 1, bos 2, eos 3 -> its <pad> 1, <unk> 3, <s> 0, </s> 2
+        self.ids = torch.arange(cfg.vocab_size)
+        self.ids[:4] = torch.tensor([1, 3, 0, 2])
+        self.eos = self.dictionary.eos()
+
+    def source(self, src: Tensor) -> dict:
+        return {"src_tokens": self.ids[src], "src_lengths": src.ne(0).sum(1)}
+
+    def train_step(self, src, tgt_in, tgt_out, n_target) -> None:
+        self.model.train()
+        prev = self.ids[tgt_in]
+        prev[:, 0] = self.eos  # its decoders start from </s>
+        with peer_precision(torch.device("cpu"), self.bf16):
+            logits, _ = self.model(**self.source(src), prev_output_tokens=prev)
+            loss = smoothed_loss(logits, tgt_out, n_target)
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    @torch.inference_mode()
+    def decode(self, src, *, beam: int, length: int) -> None:
+        from fairseq.sequence_generator import SequenceGenerator
+
+        self.model.eval()
+        # `length` decoder steps including </s>: its lengths leave </s> out
+        generator = SequenceGenerator([self.model], self.dictionary, beam_size=beam,
+                                      max_len_a=0, max_len_b=length - 1, min_len=length - 1,
+                                      len_penalty=0.6)
+        with peer_precision(torch.device("cpu"), self.bf16):
+            generator.generate([self.model], {"net_input": self.source(src)})
+
+
 class CTranslate2:
     """CTranslate2 from the Marian model's weights (float32 or int8); tokens are id strings."""
 
@@ -249,7 +335,7 @@ class TorchTransformer(nn.Module):
 
 def build(engine: str, cfg: ModelConfig, *, dtype: str, threads: int, device: str = "cpu",
           compile: bool = False):
-    """An engine by name: ours, marian, torch (any dtype of fp32/bf16; ours also int8 for
+    """An engine by name: ours, marian, torch, fairseq (any dtype of fp32/bf16; ours also int8 for
     decoding, and fp32+kv / int8+kv: with bf16 attention keys and values; `compile`: its
     training steps compiled as by train.compile), ct2 (fp32/int8; CPU only).
     Its `malloc` records whether glibc's mmap/trim thresholds are raised ('tuned': ours unless
@@ -268,6 +354,8 @@ def build(engine: str, cfg: ModelConfig, *, dtype: str, threads: int, device: st
         built = Marian(cfg, bf16=bf16, device=device)
     elif engine == "torch":
         built = TorchTransformer(cfg, bf16=bf16)
+    elif engine == "fairseq":
+        built = Fairseq(cfg, bf16=bf16)
     elif engine == "ct2":
         built = CTranslate2(cfg, compute_type={"fp32": "float32", "int8": "int8"}[dtype],
                             threads=threads)

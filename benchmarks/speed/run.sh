@@ -6,6 +6,8 @@
 #   PARTS: "train decode" (default), or one of them
 #   TRAIN_SPECS / DECODE_SPECS (environment, ";"-separated) replace the engine lists below,
 #   e.g. TRAIN_SPECS="ours fp32;marian fp32"
+#   fairseq specs (e.g. "fairseq fp32") run with $FAIRSEQ_PYTHON, the Python of the environment
+#   that benchmarks/speed/fairseq_env.sh makes (default .venv-fairseq/bin/python)
 # DATA_DIR: Multi30k en-de prepared with an 8k vocabulary (benchmarks/multi30k/run.sh makes one).
 set -euo pipefail
 DATA=$1
@@ -14,6 +16,8 @@ RUNS=${3:-3}
 SHAPES=${4:-small base}
 PARTS=${5:-train decode}
 HERE=$(cd "$(dirname "$0")" && pwd)
+FAIRSEQ_PYTHON=${FAIRSEQ_PYTHON:-$HERE/../../.venv-fairseq/bin/python}
+python_for() { if [ "$1" = fairseq ]; then echo "$FAIRSEQ_PYTHON"; else echo python3; fi; }
 mkdir -p "$OUT/raw"
 export PYTHONWARNINGS=ignore TRANSFORMERS_VERBOSITY=error
 GIB=1073741824
@@ -30,13 +34,13 @@ for run in $(seq 1 "$RUNS"); do
         default) MALLOC="TRANSFORMER_MT_MALLOC=default" ;;
         *) MALLOC="" ;;
       esac
-      env $MALLOC python3 "$HERE/train_speed.py" --data "$DATA" --engine "$1" --dtype "$2" --shape "$shape" \
+      env $MALLOC "$(python_for "$1")" "$HERE/train_speed.py" --data "$DATA" --engine "$1" --dtype "$2" --shape "$shape" \
         --warmup 3 --steps 10 2>/dev/null | tail -1 | sed "s/^{/{\"run\": $run, /" >> "$OUT/raw/train.jsonl"
     done
     for spec in "${decode_specs[@]}"; do
       [[ " $PARTS " == *" decode "* ]] || break
       set -- $spec
-      python3 "$HERE/decode_speed.py" --data "$DATA" --engine "$1" --dtype "$2" --shape "$shape" \
+      "$(python_for "$1")" "$HERE/decode_speed.py" --data "$DATA" --engine "$1" --dtype "$2" --shape "$shape" \
         2>/dev/null | tail -1 | sed "s/^{/{\"run\": $run, /" >> "$OUT/raw/decode.jsonl"
     done
     echo "run $run, $shape: done $(date -u +%T)"

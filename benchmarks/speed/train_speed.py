@@ -70,7 +70,8 @@ def minor_faults() -> int:
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, required=True)
-    parser.add_argument("--engine", choices=["ours", "marian", "torch"], default="ours")
+    parser.add_argument("--engine", choices=["ours", "marian", "torch", "fairseq"],
+                        default="ours")
     parser.add_argument("--shape", choices=sorted(SHAPES), default="small")
     parser.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default="fp32")
     parser.add_argument("--device", default="cpu")
