@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 
-log = logging.getLogger("transformer_mt")
+log = logging.getLogger(__name__)
 
 
 class Progress:
