@@ -40,6 +40,13 @@ def adam(model: nn.Module) -> torch.optim.Adam:
                             fused=fused or None)
 
 
+def adam_step(loss: Tensor, optimizer: torch.optim.Adam) -> None:
+    """A peer's backward pass and update."""
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
 def smoothed_loss(logits: Tensor, tgt_out: Tensor, n_target: int) -> Tensor:
     return F.cross_entropy(logits.flatten(0, 1).float(), tgt_out.flatten(), ignore_index=0,
                            label_smoothing=0.1, reduction="sum") / n_target
@@ -132,9 +139,7 @@ class Marian:
                                 decoder_input_ids=tgt_in,
                                 decoder_attention_mask=tgt_in.ne(0)).logits
             loss = smoothed_loss(logits, tgt_out, n_target)
-        loss.backward()
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        adam_step(loss, self.optimizer)
 
     @torch.inference_mode()
     def decode(self, src, *, beam: int, length: int) -> None:
@@ -215,9 +220,7 @@ class Fairseq:
         with peer_precision(torch.device("cpu"), self.bf16):
             logits, _ = self.model(**self.source(src), prev_output_tokens=prev)
             loss = smoothed_loss(logits, tgt_out, n_target)
-        loss.backward()
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        adam_step(loss, self.optimizer)
 
     @torch.inference_mode()
     def decode(self, src, *, beam: int, length: int) -> None:
@@ -311,9 +314,7 @@ class TorchTransformer(nn.Module):
         self.train()
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
             loss = smoothed_loss(self(src, tgt_in), tgt_out, n_target)
-        loss.backward()
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        adam_step(loss, self.optimizer)
 
     @torch.inference_mode()
     def decode(self, src, *, beam: int, length: int) -> None:
