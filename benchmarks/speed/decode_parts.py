@@ -19,14 +19,11 @@ import functools
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
-from engines import build, emit
+from engines import build, decoding_batches, decoding_config, emit
 from torch import nn
 
 from transformer_mt import attention, decoding, translator
-from transformer_mt.config import load_config
-from transformer_mt.data import ParallelData
 from transformer_mt.model import Transformer
 
 seconds: collections.Counter[str] = collections.Counter()
@@ -97,13 +94,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
-    cfg = load_config(args.shape, ["model.vocab_size=8000", "model.dropout=0.0"]).model
     torch.manual_seed(0)
-    engine = build("ours", cfg, dtype=args.dtype, threads=torch.get_num_threads())
-    data = ParallelData(args.data, "valid")
-    order = np.argsort(data.src_lengths, kind="stable")
-    batches = [data.collate(order[i : i + args.batch_size])[0]
-               for i in range(0, len(order), args.batch_size)]
+    engine = build("ours", decoding_config(args.shape), dtype=args.dtype,
+                   threads=torch.get_num_threads())
+    batches = decoding_batches(args.data, args.batch_size)
+    n = sum(len(b) for b in batches)
     instrument(args.dtype)
     engine.decode(batches[len(batches) // 2], beam=args.beam, length=args.length)  # warm-up
     seconds.clear()
@@ -128,7 +123,7 @@ def main(argv: list[str] | None = None) -> dict:
     return emit({"shape": args.shape, "dtype": args.dtype, "beam": args.beam,
                  "batch_size": args.batch_size, "output_tokens": args.length,
                  "threads": torch.get_num_threads(), "torch": torch.__version__,
-                 "sentences": len(order), "sentences_per_s": round(len(order) / total, 2),
+                 "sentences": n, "sentences_per_s": round(n / total, 2),
                  "seconds": round(total, 3), "parts": parts,
                  "linear_layers_by_rows_in_out": major}, args.json)
 

@@ -16,10 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from engines import build, device_name, emit, sync
-
-from transformer_mt.config import load_config
-from transformer_mt.data import ParallelData
+from engines import build, decoding_batches, decoding_config, device_name, emit, sync
 
 
 def timed(fn, device: torch.device) -> float:
@@ -44,16 +41,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--device", default="cpu", help="cuda: ours and marian only")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
-    cfg = load_config(args.shape, ["model.vocab_size=8000", "model.dropout=0.0"]).model
     torch.manual_seed(0)
     device = torch.device(args.device)
-    engine = build(args.engine, cfg, dtype=args.dtype, threads=torch.get_num_threads(),
-                   device=args.device)
-    data = ParallelData(args.data, "valid")
-    order = np.argsort(data.src_lengths, kind="stable")
-    batches = [data.collate(order[i : i + args.batch_size])[0].to(device)
-               for i in range(0, len(order), args.batch_size)]
-    n = len(order)
+    engine = build(args.engine, decoding_config(args.shape), dtype=args.dtype,
+                   threads=torch.get_num_threads(), device=args.device)
+    batches = [b.to(device) for b in decoding_batches(args.data, args.batch_size)]
+    n = sum(len(b) for b in batches)
     engine.decode(batches[len(batches) // 2], beam=1, length=args.length)  # warm-up
     result = {"engine": engine.name, "shape": args.shape, "dtype": args.dtype,
               "malloc": engine.malloc, "device": device_name(device),
@@ -67,7 +60,8 @@ def main(argv: list[str] | None = None) -> dict:
         result[f"{label}_sentences_per_s"] = n / seconds
         result[f"{label}_tokens_per_s"] = n * args.length / seconds
     if args.engine != "torch":
-        singles = [data.collate(order[i : i + 1])[0].to(device)
+        one_each = decoding_batches(args.data, 1)
+        singles = [one_each[i].to(device)
                    for i in np.linspace(0, n - 1, args.latency_sentences).astype(int)]
         latencies = [timed(lambda s=s: engine.decode(s, beam=4, length=args.length), device)
                      for s in singles]

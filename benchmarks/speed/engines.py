@@ -19,13 +19,15 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer_mt.attention import attention_kernels
-from transformer_mt.config import DecodeConfig, ModelConfig, TrainConfig
+from transformer_mt.config import DecodeConfig, ModelConfig, TrainConfig, load_config
 from transformer_mt.cpu_speed import cpu_model
+from transformer_mt.data import ParallelData
 from transformer_mt.decoding import generate
 from transformer_mt.malloc_tuning import tune_malloc
 from transformer_mt.model import Transformer, sinusoidal_positions
@@ -38,6 +40,19 @@ def adam(model: nn.Module) -> torch.optim.Adam:
     fused = next(model.parameters()).is_cuda
     return torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9,
                             fused=fused or None)
+
+
+def decoding_config(shape: str) -> ModelConfig:
+    """The decoding benchmarks' model: preset `shape` with an 8k vocabulary and no dropout."""
+    return load_config(shape, ["model.vocab_size=8000", "model.dropout=0.0"]).model
+
+
+def decoding_batches(data_dir: Path, batch_size: int) -> list[Tensor]:
+    """The validation sources of a prepared data directory (1,014 Multi30k sentences) sorted by
+    length, as padded id batches of `batch_size`: what every decoding benchmark decodes."""
+    data = ParallelData(data_dir, "valid")
+    order = np.argsort(data.src_lengths, kind="stable")
+    return [data.collate(order[i : i + batch_size])[0] for i in range(0, len(order), batch_size)]
 
 
 def adam_step(loss: Tensor, optimizer: torch.optim.Adam) -> None:

@@ -25,7 +25,6 @@ import time
 import warnings
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from transformer_mt import translator
@@ -85,17 +84,12 @@ VARIANTS = {"7bit (translate --int8)": fbgemm_7bit, "8bit": fbgemm_8bit,
 
 def speed(data_dir: str, shape: str) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "speed"))
-    from engines import build
+    from engines import build, decoding_batches, decoding_config
 
-    from transformer_mt.config import load_config
-    from transformer_mt.data import ParallelData
-
-    cfg = load_config(shape, ["model.vocab_size=8000", "model.dropout=0.0"]).model
     torch.manual_seed(0)
-    engine = build("ours", cfg, dtype="int8", threads=torch.get_num_threads())
-    data = ParallelData(data_dir, "valid")
-    order = np.argsort(data.src_lengths, kind="stable")
-    batches = [data.collate(order[i : i + 64])[0] for i in range(0, len(order), 64)]
+    engine = build("ours", decoding_config(shape), dtype="int8", threads=torch.get_num_threads())
+    batches = decoding_batches(data_dir, 64)
+    n = sum(len(b) for b in batches)
     speeds = {name: [] for name in VARIANTS}
     for forward in VARIANTS.values():  # warm-up, and the caches of `unpacked`
         translator.Int8Linear.forward = forward
@@ -106,7 +100,7 @@ def speed(data_dir: str, shape: str) -> None:
             start = time.perf_counter()
             for batch in batches:
                 engine.decode(batch, beam=4, length=30)
-            speeds[name].append(len(order) / (time.perf_counter() - start))
+            speeds[name].append(n / (time.perf_counter() - start))
     first = statistics.median(next(iter(speeds.values())))
     for name, values in speeds.items():
         median = statistics.median(values)

@@ -12,15 +12,12 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "speed"))
-from engines import build  # noqa: E402
+from engines import build, decoding_batches, decoding_config  # noqa: E402
 
 from transformer_mt import attention  # noqa: E402
-from transformer_mt.config import load_config  # noqa: E402
-from transformer_mt.data import ParallelData  # noqa: E402
 
 
 def reorder_before(self, index_B):
@@ -37,12 +34,10 @@ data_dir, dtype, beam = sys.argv[1], sys.argv[2], int(sys.argv[3])
 shape = sys.argv[4] if len(sys.argv) > 4 else "small"
 variants = {"before": (reorder_before, written_out_before),
             "after": (attention.KVCache.reorder, attention.written_out)}
-cfg = load_config(shape, ["model.vocab_size=8000", "model.dropout=0.0"]).model
 torch.manual_seed(0)
-engine = build("ours", cfg, dtype=dtype, threads=torch.get_num_threads())
-data = ParallelData(data_dir, "valid")
-order = np.argsort(data.src_lengths, kind="stable")
-batches = [data.collate(order[i : i + 64])[0] for i in range(0, len(order), 64)]
+engine = build("ours", decoding_config(shape), dtype=dtype, threads=torch.get_num_threads())
+batches = decoding_batches(data_dir, 64)
+n = sum(len(b) for b in batches)
 engine.decode(batches[8], beam=beam, length=30)
 speeds = {name: [] for name in variants}
 for _ in range(int(os.environ.get("ROUNDS", 5))):
@@ -51,7 +46,7 @@ for _ in range(int(os.environ.get("ROUNDS", 5))):
         start = time.perf_counter()
         for batch in batches:
             engine.decode(batch, beam=beam, length=30)
-        speeds[name].append(len(order) / (time.perf_counter() - start))
+        speeds[name].append(n / (time.perf_counter() - start))
 before, after = (statistics.median(speeds[n]) for n in variants)
 rounded = {name: [round(x, 1) for x in values] for name, values in speeds.items()}
 print(f"{shape} {dtype} beam {beam}: sentences/s before {before:.1f} {rounded['before']}, "
