@@ -155,7 +155,9 @@ def _evaluate(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="transformer-mt",
-        description="The Transformer of 'Attention Is All You Need': inspect, translate.",
+        description="The Transformer of 'Attention Is All You Need'. From two text files to "
+                    "a BLEU score: prepare -> train -> average -> translate -> evaluate; "
+                    "`transformer-mt COMMAND --help` for each.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -225,37 +227,6 @@ def build_parser() -> argparse.ArgumentParser:
     avg.add_argument("--out", required=True, type=Path, help="model directory to write")
     avg.set_defaults(func=_average)
 
-    ev = sub.add_parser(
-        "evaluate", help="sacreBLEU, chrF and tokenized BLEU of a translation file",
-        description="Score detokenised hypotheses with sacreBLEU and chrF (signatures printed). "
-                    "With --lang, also tokenized BLEU (Moses tokenizer; German compounds split "
-                    "as tensor2tensor's get_ende_bleu.sh unless --tok-ref is given). For "
-                    "Multi30k's literature protocol: --lang de --lowercase --tok-ref "
-                    "test_2016_flickr.lc.norm.tok.de.gz. With --baseline, another "
-                    "translation of the same source: is the difference more than the luck of "
-                    "this test set? Paired bootstrap resampling (Koehn, 2004; sacrebleu "
-                    "--paired-bs) of each BLEU, with 95 % intervals and p-values.",
-    )
-    ev.add_argument("--hyp", required=True, type=Path, help="translations, one per line")
-    ev.add_argument("--ref", required=True, type=Path, help="detokenised reference (.gz ok)")
-    ev.add_argument("--lang", help="target language: also compute tokenized BLEU")
-    ev.add_argument("--tok-ref", type=Path, help="an already tokenized reference for tokBLEU")
-    ev.add_argument("--lowercase", action="store_true",
-                    help="tokBLEU: lowercase and normalise punctuation first (Multi30k tok/)")
-    ev.add_argument("--hyp-tokenized", action="store_true",
-                    help="tokBLEU: the hypotheses (and --baseline) are tokenized like --tok-ref "
-                         "already, e.g. from a model trained on Multi30k's tok/*.lc.norm.tok "
-                         "files: score them as they are (multi-bleu.perl)")
-    ev.add_argument("--compound-split", action=argparse.BooleanOptionalAction, default=None,
-                    help="tokBLEU: split hyphenated compounds (default: on for de without "
-                         "--tok-ref)")
-    ev.add_argument("--baseline", type=Path,
-                    help="a baseline's translations of the same source: paired bootstrap test")
-    ev.add_argument("--bootstrap-samples", type=int, default=1000,
-                    help="resamples of the test sentences for --baseline (default: 1000)")
-    ev.add_argument("--json", type=Path, help="also write the scores as JSON")
-    ev.set_defaults(func=_evaluate)
-
     tr = sub.add_parser(
         "translate", help="translate sentences with a model or run directory",
         description="Translate one sentence per line from --input (default stdin) to --output "
@@ -293,6 +264,37 @@ def build_parser() -> argparse.ArgumentParser:
                          "against the others, weighted by their model scores (minimum Bayes "
                          "risk; n-best lists are then ordered by it). Default: none")
     tr.set_defaults(func=_translate)
+
+    ev = sub.add_parser(
+        "evaluate", help="sacreBLEU, chrF and tokenized BLEU of a translation file",
+        description="Score detokenised hypotheses with sacreBLEU and chrF (signatures printed). "
+                    "With --lang, also tokenized BLEU (Moses tokenizer; German compounds split "
+                    "as tensor2tensor's get_ende_bleu.sh unless --tok-ref is given). For "
+                    "Multi30k's literature protocol: --lang de --lowercase --tok-ref "
+                    "test_2016_flickr.lc.norm.tok.de.gz. With --baseline, another "
+                    "translation of the same source: is the difference more than the luck of "
+                    "this test set? Paired bootstrap resampling (Koehn, 2004; sacrebleu "
+                    "--paired-bs) of each BLEU, with 95 % intervals and p-values.",
+    )
+    ev.add_argument("--hyp", required=True, type=Path, help="translations, one per line")
+    ev.add_argument("--ref", required=True, type=Path, help="detokenised reference (.gz ok)")
+    ev.add_argument("--lang", help="target language: also compute tokenized BLEU")
+    ev.add_argument("--tok-ref", type=Path, help="an already tokenized reference for tokBLEU")
+    ev.add_argument("--lowercase", action="store_true",
+                    help="tokBLEU: lowercase and normalise punctuation first (Multi30k tok/)")
+    ev.add_argument("--hyp-tokenized", action="store_true",
+                    help="tokBLEU: the hypotheses (and --baseline) are tokenized like --tok-ref "
+                         "already, e.g. from a model trained on Multi30k's tok/*.lc.norm.tok "
+                         "files: score them as they are (multi-bleu.perl)")
+    ev.add_argument("--compound-split", action=argparse.BooleanOptionalAction, default=None,
+                    help="tokBLEU: split hyphenated compounds (default: on for de without "
+                         "--tok-ref)")
+    ev.add_argument("--baseline", type=Path,
+                    help="a baseline's translations of the same source: paired bootstrap test")
+    ev.add_argument("--bootstrap-samples", type=int, default=1000,
+                    help="resamples of the test sentences for --baseline (default: 1000)")
+    ev.add_argument("--json", type=Path, help="also write the scores as JSON")
+    ev.set_defaults(func=_evaluate)
     return parser
 
 
