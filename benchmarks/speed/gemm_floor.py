@@ -12,7 +12,6 @@ step (element-wise passes, the loss, Adam, Python) can exceed. One configuration
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 from collections import Counter
@@ -21,7 +20,7 @@ from pathlib import Path
 import torch
 from engines import build, emit
 from torch.utils._python_dispatch import TorchDispatchMode
-from train_speed import SHAPES
+from train_speed import SHAPES, step_parser
 
 from transformer_mt.config import load_config
 from transformer_mt.data import ParallelData, token_batches
@@ -67,15 +66,7 @@ def alone(name: str, tensors, repeats: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", type=Path, required=True)
-    parser.add_argument("--engine", choices=["ours", "marian", "torch", "fairseq"],
-                        default="ours")
-    parser.add_argument("--shape", choices=sorted(SHAPES), default="small")
-    parser.add_argument("--dtype", choices=["fp32", "bf16"], default="bf16")
-    parser.add_argument("--max-tokens", type=int, default=4096)
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=10)
+    parser = step_parser(__doc__, dtypes=["fp32", "bf16"], default_dtype="bf16")
     parser.add_argument("--repeats", type=int, default=5, help="calls per timed block")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)

@@ -67,19 +67,25 @@ def minor_faults() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
-def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def step_parser(doc: str, *, dtypes: list[str], default_dtype: str) -> argparse.ArgumentParser:
+    """The options of a script that times training steps of one engine on real batches."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--data", type=Path, required=True)
     parser.add_argument("--engine", choices=["ours", "marian", "torch", "fairseq"],
                         default="ours")
     parser.add_argument("--shape", choices=sorted(SHAPES), default="small")
-    parser.add_argument("--dtype", choices=["fp32", "bf16", "fp16"], default="fp32")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--compile", action="store_true",
-                        help="ours: the training step compiled (train.compile)")
+    parser.add_argument("--dtype", choices=dtypes, default=default_dtype)
     parser.add_argument("--max-tokens", type=int, default=4096)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--steps", type=int, default=10)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = step_parser(__doc__, dtypes=["fp32", "bf16", "fp16"], default_dtype="fp32")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--compile", action="store_true",
+                        help="ours: the training step compiled (train.compile)")
     parser.add_argument("--vocab-size", type=int, default=8000)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
