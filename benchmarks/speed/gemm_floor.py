@@ -1,10 +1,10 @@
 """How fast could a training step be if only its matrix products took time? Records every
-matrix product (mm, addmm, bmm, baddbmm; those inside a fused attention kernel cannot be told
-apart and count with the rest) of real training steps of an engine, then times each product
-alone, on fresh tensors of the same shapes, strides and dtype, and sets their sum beside the
-measured step. The ratio of target tokens to that sum is
-the step's ceiling on this CPU with PyTorch's matrix kernels: what no work on the rest of the
-step (element-wise passes, the loss, Adam, Python) can exceed. One configuration per process.
+matrix product (mm, addmm, addmm_, bmm, baddbmm; those inside a fused attention kernel cannot
+be told apart and count with the rest) of real training steps of an engine, then times each
+product alone, on fresh tensors of the same shapes, strides and dtype, and sets their sum
+beside the measured step. The ratio of target tokens to that sum is the step's ceiling on this
+CPU with PyTorch's matrix kernels: what no work on the rest of the step (element-wise passes,
+the loss, Adam, Python) can exceed. One configuration per process.
 
     python benchmarks/speed/gemm_floor.py --data runs/multi30k-en-de/data --engine ours \\
         --shape small --dtype bf16 --json out.json
