@@ -13,13 +13,13 @@ timers cost about a microsecond a call.
 
 from __future__ import annotations
 
-import argparse
 import collections
 import functools
 import time
 from pathlib import Path
 
 import torch
+from decode_speed import decode_parser
 from engines import build, decoding_batches, decoding_config, emit
 from torch import nn
 
@@ -84,14 +84,8 @@ def describe(entry: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", type=Path, required=True)
-    parser.add_argument("--shape", choices=["small", "base"], default="small")
-    parser.add_argument("--dtype", choices=["fp32", "bf16", "int8", "fp32+kv", "int8+kv"],
-                        default="int8", help="+kv: with --kv-bf16")
+    parser = decode_parser(__doc__, default_dtype="int8")
     parser.add_argument("--beam", type=int, default=4)
-    parser.add_argument("--length", type=int, default=30)
-    parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     torch.manual_seed(0)

@@ -27,16 +27,22 @@ def timed(fn, device: torch.device) -> float:
     return time.perf_counter() - start
 
 
-def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def decode_parser(doc: str, *, default_dtype: str) -> argparse.ArgumentParser:
+    """The options of a script that decodes the validation batches at a benchmark shape."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--data", type=Path, required=True)
-    parser.add_argument("--engine", choices=["ours", "marian", "torch", "fairseq", "ct2"],
-                        default="ours")
     parser.add_argument("--shape", choices=["small", "base"], default="small")
     parser.add_argument("--dtype", choices=["fp32", "bf16", "int8", "fp32+kv", "int8+kv"],
-                        default="fp32", help="+kv: ours with --kv-bf16")
+                        default=default_dtype, help="+kv: ours with --kv-bf16")
     parser.add_argument("--length", type=int, default=30)
     parser.add_argument("--batch-size", type=int, default=64)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = decode_parser(__doc__, default_dtype="fp32")
+    parser.add_argument("--engine", choices=["ours", "marian", "torch", "fairseq", "ct2"],
+                        default="ours")
     parser.add_argument("--latency-sentences", type=int, default=30)
     parser.add_argument("--device", default="cpu", help="cuda: ours and marian only")
     parser.add_argument("--json", type=Path)
