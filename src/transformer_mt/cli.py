@@ -48,11 +48,15 @@ def _translate(args: argparse.Namespace) -> int:
                                    ("strategy", args.strategy), ("length_penalty", args.alpha),
                                    ("batch_size", args.batch_size), ("bf16", args.bf16),
                                    ("int8", args.int8), ("kv_bf16", args.kv_bf16),
-                                   ("mbr", args.mbr))
+                                   ("mbr", args.mbr), ("knn_k", args.knn_k),
+                                   ("knn_temperature", args.knn_temperature),
+                                   ("knn_lambda", args.knn_lambda), ("knn_probe", args.knn_probe))
                  if v is not None}
     model_dirs = [resolve_model_dir(m) for m in args.model]
-    log.info("translating with %s", ", ".join(str(d) for d in model_dirs))
-    translator = Translator.from_dirs(model_dirs, device=args.device, **overrides)
+    log.info("translating with %s%s", ", ".join(str(d) for d in model_dirs),
+             f" and the datastore {args.datastore}" if args.datastore else "")
+    translator = Translator.from_dirs(model_dirs, device=args.device, datastore=args.datastore,
+                                      **overrides)
     if args.input:
         sentences = read_text(args.input)
     else:
@@ -74,6 +78,26 @@ def _translate(args: argparse.Namespace) -> int:
     finally:
         if out is not sys.stdout:
             out.close()
+    return 0
+
+
+def _datastore(args: argparse.Namespace) -> int:
+    from .checkpoint import resolve_model_dir
+    from .knn import build_datastore
+
+    model_dir = resolve_model_dir(args.model)
+    log.info("decoding the %s split of %s with %s", args.split, args.data, model_dir)
+    progress = Progress(unit="sentence", enabled=sys.stderr.isatty())
+    start = time.perf_counter()
+    try:
+        store = build_datastore(model_dir, args.data, split=args.split, nlist=args.nlist,
+                                progress=progress.update)
+    finally:
+        progress.close()
+    store.save(args.out, corpus=f"{args.data} {args.split}")
+    print(f"datastore: {len(store):,} target positions, {store.index.nlist} cells, built in "
+          f"{time.perf_counter() - start:.1f} s; written to {args.out} "
+          f"(translate --model {model_dir} --datastore {args.out})")
     return 0
 
 
@@ -263,7 +287,40 @@ def build_parser() -> argparse.ArgumentParser:
                          "hypotheses, the one with the highest expected sentence BLEU or chrF "
                          "against the others, weighted by their model scores (minimum Bayes "
                          "risk; n-best lists are then ordered by it). Default: none")
+    tr.add_argument("--datastore", type=Path,
+                    help="not in the paper: decode with kNN-MT (Khandelwal et al., 2021), the "
+                         "model's distribution mixed with the tokens that followed the nearest "
+                         "decoder states of a corpus; a directory written by `datastore` for "
+                         "this model")
+    tr.add_argument("--knn-k", type=int, help="with --datastore: neighbours per step "
+                                              "(default: 16)")
+    tr.add_argument("--knn-temperature", type=float,
+                    help="with --datastore: neighbours weigh softmax(-squared distance / this) "
+                         "(default: 10)")
+    tr.add_argument("--knn-lambda", type=float,
+                    help="with --datastore: weight of the neighbours' distribution, in [0, 1) "
+                         "(default: 0.25)")
+    tr.add_argument("--knn-probe", type=int,
+                    help="with --datastore: index cells searched per step; the datastore's "
+                         "cell count searches all keys, exactly (default: 32)")
     tr.set_defaults(func=_translate)
+
+    ds = sub.add_parser(
+        "datastore", help="build a kNN-MT datastore of a model over prepared data",
+        description="Not in the paper: decode a split of a prepared data directory with a "
+                    "model by teacher forcing and store, for every target position, the "
+                    "decoder's output state and the token that followed (kNN-MT, Khandelwal et "
+                    "al., 2021), indexed with faiss. `translate --datastore` then mixes the "
+                    "tokens of the nearest stored states into the model's distribution. The "
+                    "datastore belongs to that model's weights.",
+    )
+    ds.add_argument("--model", required=True, type=Path, help="model or run directory")
+    ds.add_argument("--data", required=True, type=Path, help="prepared data directory")
+    ds.add_argument("--split", default="train", help="which split (default: train)")
+    ds.add_argument("--out", required=True, type=Path, help="datastore directory to write")
+    ds.add_argument("--nlist", type=int,
+                    help="k-means cells of the index (default: about 4 sqrt(entries))")
+    ds.set_defaults(func=_datastore)
 
     ev = sub.add_parser(
         "evaluate", help="sacreBLEU, chrF and tokenized BLEU of a translation file",

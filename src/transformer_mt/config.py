@@ -120,9 +120,19 @@ class DecodeConfig:
     # Not in the paper: pick among the beam's beam_size finished hypotheses the one with the
     # highest expected sentence BLEU or chrF against the others (minimum Bayes risk, mbr.py).
     mbr: Literal["none", "bleu", "chrf"] = "none"
+    # Not in the paper: kNN-MT (knn.py), used only with a datastore (translate --datastore): the
+    # knn_k nearest stored decoder states vote with softmax(-distance / temperature), mixed in
+    # with weight knn_lambda; knn_probe of the index's cells are searched.
+    knn_k: int = 16
+    knn_temperature: float = 10.0
+    knn_lambda: float = 0.25
+    knn_probe: int = 32
 
     def __post_init__(self):
-        _check_positive(self, "beam_size", "n_best", "batch_size", "temperature")
+        _check_positive(self, "beam_size", "n_best", "batch_size", "temperature", "knn_k",
+                        "knn_temperature", "knn_probe")
+        if not 0.0 <= self.knn_lambda < 1.0:
+            raise ValueError(f"decode.knn_lambda must be in [0, 1), got {self.knn_lambda}")
         if self.bf16 and self.int8:
             raise ValueError("decode.bf16 and decode.int8 are exclusive: pick one")
         if self.n_best > self.beam_size and self.strategy == "beam":

@@ -14,11 +14,13 @@ from torch import nn
 
 from .config import DecodeConfig
 from .cpu_speed import warn_if_bf16_is_slow
+from .data import sha256_file
 from .decoding import Hypothesis, generate
 from .ensemble import Ensemble
+from .knn import Datastore, KnnModel
 from .mbr import mbr_order
 from .model import Transformer
-from .model_io import VOCAB_FILE, load_model
+from .model_io import VOCAB_FILE, WEIGHTS_FILE, load_model
 from .vocab import Vocabulary
 
 
@@ -67,11 +69,12 @@ class Translation:
 
 
 class Translator:
-    """Translate sentences with `model` (or an Ensemble). Sentences are decoded in batches of
-    similar length and returned in input order."""
+    """Translate sentences with `model` (or an Ensemble, or with a kNN-MT datastore built for
+    the model). Sentences are decoded in batches of similar length and returned in input
+    order."""
 
     def __init__(self, model: Transformer | Ensemble, vocab: Vocabulary,
-                 decode: DecodeConfig | None = None):
+                 decode: DecodeConfig | None = None, datastore: Datastore | None = None):
         if len(vocab) != model.cfg.vocab_size:
             raise ValueError(
                 f"vocabulary {vocab.path or ''} has {len(vocab)} pieces, the model expects "
@@ -82,6 +85,10 @@ class Translator:
         if self.decode_cfg.int8:
             model = Ensemble([quantize_int8(m) for m in model.members]) \
                 if isinstance(model, Ensemble) else quantize_int8(model)
+        if datastore is not None:
+            if isinstance(model, Ensemble):
+                raise ValueError("a datastore belongs to one model, not an ensemble")
+            model = KnnModel(model, datastore, self.decode_cfg)
         self.model = model.eval()
         if self.decode_cfg.bf16:
             warn_if_bf16_is_slow(next(model.parameters()).device, setting="decode.bf16",
@@ -95,9 +102,10 @@ class Translator:
 
     @classmethod
     def from_dirs(cls, model_dirs: Sequence[str | Path], *, device: str = "cpu",
-                  **decode_overrides):
+                  datastore: str | Path | None = None, **decode_overrides):
         """Several model directories with one vocabulary as an Ensemble (one directory: that
-        model alone); decoding settings from the first, then the overrides."""
+        model alone, optionally with a datastore directory built for it); decoding settings
+        from the first, then the overrides."""
         dirs = [Path(d) for d in model_dirs]
         for other in dirs[1:]:
             if (other / VOCAB_FILE).read_bytes() != (dirs[0] / VOCAB_FILE).read_bytes():
@@ -107,7 +115,13 @@ class Translator:
         models = [model for model, _ in loaded]
         model = models[0] if len(models) == 1 else Ensemble(models)
         vocab = Vocabulary.load(dirs[0] / VOCAB_FILE)
-        return cls(model, vocab, dataclasses.replace(loaded[0][1], **decode_overrides))
+        store = None
+        if datastore is not None:
+            if len(dirs) > 1:
+                raise ValueError("a datastore belongs to one model, not an ensemble")
+            store = Datastore.load(datastore, model_sha256=sha256_file(dirs[0] / WEIGHTS_FILE),
+                                   d_model=models[0].cfg.d_model)
+        return cls(model, vocab, dataclasses.replace(loaded[0][1], **decode_overrides), store)
 
     def encode_source(self, sentence: str, index: int) -> list[int]:
         ids = self.vocab.encode(sentence) + [self.model.cfg.eos_id]

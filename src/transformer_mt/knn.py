@@ -1,0 +1,238 @@
+"""kNN-MT (Khandelwal et al., ICLR 2021; not in the paper): decoding with a memory of the
+training data, without further training.
+
+A datastore holds, for every target position of a parallel corpus decoded by teacher forcing,
+the decoder's output state (the input of the pre-softmax linear) as key and the target token
+that followed as value. While decoding, the k stored states nearest the current state q vote for
+their tokens,
+
+    p_kNN(y) = sum over neighbours i with v_i = y of softmax_i(-||q - k_i||^2 / T),
+
+and the search uses p(y) = lambda p_kNN(y) + (1 - lambda) p_model(y). The neighbours come from a
+faiss inverted-file index (`nlist` k-means cells, `probe` of them searched per query; probe =
+nlist searches every key: exact). A datastore belongs to the model whose states it stores: it
+records the sha256 of that model's weights, and loading it for other weights is an error.
+
+On disk a datastore is a directory: `values.safetensors` (the tokens, with the model's hash and
+the corpus in its metadata) and `index.faiss` (the keys, in faiss's own format).
+"""
+
+# N entries  D d_model  R query rows  k neighbours  B batch  T target len  V vocab
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from torch import Tensor, nn
+
+from .config import DecodeConfig
+from .data import ParallelData, sha256_file
+from .model import DecoderCache, Memory, Transformer
+
+VALUES_FILE = "values.safetensors"
+INDEX_FILE = "index.faiss"
+
+
+class DatastoreError(ValueError):
+    """A datastore is missing, damaged or built for another model; the message names the file."""
+
+
+def _faiss():
+    logging.getLogger("faiss.loader").setLevel(logging.WARNING)  # which SIMD build it found
+    try:
+        import faiss
+    except ImportError:
+        raise DatastoreError("kNN-MT needs faiss: pip install 'transformer-mt[knn]' "
+                             "(faiss-cpu)") from None
+    faiss.omp_set_num_threads(torch.get_num_threads())
+    return faiss
+
+
+def default_nlist(n_entries: int) -> int:
+    """faiss's rule of thumb, about 4 sqrt(N) cells, with at least 39 training points per cell
+    (k-means warns below that); small datastores get a single cell, an exact search."""
+    return max(1, min(4 * math.isqrt(n_entries), n_entries // 39))
+
+
+@torch.inference_mode()
+def decoder_states(model: Transformer, data: ParallelData, *, batch_sentences: int = 256,
+                   progress: Callable[[int], None] | None = None) -> tuple[Tensor, Tensor]:
+    """Teacher-forced decoder output states (N, D) float32 and the tokens that follow them (N,),
+    for every target position of `data` (EOS included), sentences in order of target length.
+    `progress` gets the number of sentences done after each batch."""
+    model.eval()
+    order = np.argsort(data.tgt_lengths, kind="stable")
+    keys, values = [], []
+    for start in range(0, len(order), batch_sentences):
+        src_BS, tgt_in_BT, tgt_out_BT = data.collate(order[start : start + batch_sentences])
+        device = next(model.parameters()).device
+        states_BTD = model(src_BS.to(device), tgt_in_BT.to(device), project=False)
+        real_BT = tgt_out_BT.ne(model.cfg.pad_id).to(device)
+        keys.append(states_BTD[real_BT].float().cpu())
+        values.append(tgt_out_BT.to(device)[real_BT].cpu())
+        if progress is not None:
+            progress(min(start + batch_sentences, len(order)))
+    return torch.cat(keys), torch.cat(values)
+
+
+@dataclass
+class Datastore:
+    """Values (N,) and the faiss index over their keys; `model_sha256` of the weights that made
+    them. Searching reads `probe` of the index's cells."""
+
+    values_N: Tensor
+    index: object  # faiss.IndexIVFFlat
+    model_sha256: str
+    probe: int = 32
+
+    def __len__(self) -> int:
+        return len(self.values_N)
+
+    @classmethod
+    def build(cls, keys_ND: Tensor, values_N: Tensor, *, model_sha256: str,
+              nlist: int | None = None, seed: int = 1234) -> Datastore:
+        faiss = _faiss()
+        if len(keys_ND) != len(values_N) or len(keys_ND) == 0:
+            raise DatastoreError(f"a datastore needs as many keys as values, at least one "
+                                 f"(got {len(keys_ND)} and {len(values_N)})")
+        N, D = keys_ND.shape
+        nlist = nlist or default_nlist(N)
+        if not 1 <= nlist <= N:
+            raise DatastoreError(f"nlist must be between 1 and the {N} entries, got {nlist}")
+        keys = np.ascontiguousarray(keys_ND.float().numpy())
+        index = faiss.IndexIVFFlat(faiss.IndexFlatL2(D), D, nlist, faiss.METRIC_L2)
+        index.cp.seed = seed
+        index.train(keys)
+        index.add(keys)
+        return cls(values_N.long(), index, model_sha256)
+
+    def search(self, queries_RD: Tensor, k: int) -> tuple[Tensor, Tensor]:
+        """Squared L2 distances (R, k) ascending and entry ids (R, k) of the k nearest keys of
+        each query among the `probe` nearest cells; -1 (distance inf) where fewer were found."""
+        self.index.nprobe = min(self.probe, self.index.nlist)
+        queries = np.ascontiguousarray(queries_RD.detach().float().cpu().numpy())
+        distances, ids = self.index.search(queries, k)
+        distances_Rk = torch.from_numpy(distances)
+        ids_Rk = torch.from_numpy(ids)
+        return distances_Rk.masked_fill(ids_Rk < 0, float("inf")), ids_Rk
+
+    def log_probs(self, queries_RD: Tensor, vocab_size: int, *, k: int,
+                  temperature: float) -> Tensor:
+        """log p_kNN (R, V): the k neighbours' tokens weighted by softmax(-distance / T)."""
+        distances_Rk, ids_Rk = self.search(queries_RD, k)
+        weights_Rk = torch.softmax(-distances_Rk / temperature, dim=1).nan_to_num_(0.0)
+        tokens_Rk = self.values_N[ids_Rk.clamp(min=0)]
+        probs_RV = torch.zeros(len(ids_Rk), vocab_size).scatter_add_(1, tokens_Rk, weights_Rk)
+        return probs_RV.log_().to(queries_RD.device)
+
+    def save(self, out_dir: str | Path, *, corpus: str = "") -> Path:
+        """Write values.safetensors and index.faiss into `out_dir`, each through a temporary
+        file renamed into place."""
+        faiss = _faiss()
+        out_dir = Path(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        metadata = {"model_sha256": self.model_sha256, "corpus": corpus,
+                    "d_model": str(self.index.d), "nlist": str(self.index.nlist)}
+        for name, write in (
+            (VALUES_FILE, lambda p: save_file({"values": self.values_N.int().contiguous()},
+                                              str(p), metadata=metadata)),
+            (INDEX_FILE, lambda p: faiss.write_index(self.index, str(p))),
+        ):
+            tmp = out_dir / f".{name}.tmp"
+            write(tmp)
+            os.replace(tmp, out_dir / name)
+        return out_dir
+
+    @classmethod
+    def load(cls, store_dir: str | Path, *, model_sha256: str | None = None,
+             d_model: int | None = None) -> Datastore:
+        """Read a datastore directory; with `model_sha256` / `d_model`, check it was built for
+        that model."""
+        faiss = _faiss()
+        store_dir = Path(store_dir)
+        values_path, index_path = store_dir / VALUES_FILE, store_dir / INDEX_FILE
+        for path in (values_path, index_path):
+            if not path.exists():
+                raise DatastoreError(f"{path}: missing (a datastore directory holds "
+                                     f"{VALUES_FILE} and {INDEX_FILE}; `transformer-mt "
+                                     "datastore` writes them)")
+        try:
+            from safetensors import safe_open
+
+            with safe_open(str(values_path), framework="pt") as f:
+                metadata = f.metadata() or {}
+            values_N = load_file(str(values_path))["values"].long()
+        except (SafetensorError, KeyError, OSError) as err:
+            raise DatastoreError(f"{values_path}: not a datastore's values ({err})") from None
+        built_for = metadata.get("model_sha256", "")
+        if model_sha256 is not None and built_for != model_sha256:
+            raise DatastoreError(f"{values_path}: built for the model with weights sha256 "
+                                 f"{built_for[:12]}..., not this one ({model_sha256[:12]}...): "
+                                 "build a datastore with this model")
+        try:
+            index = faiss.read_index(str(index_path))
+        except RuntimeError as err:
+            raise DatastoreError(f"{index_path}: not a faiss index ({err})") from None
+        if index.ntotal != len(values_N):
+            raise DatastoreError(f"{index_path}: {index.ntotal} keys, but {values_path} has "
+                                 f"{len(values_N)} values")
+        if d_model is not None and index.d != d_model:
+            raise DatastoreError(f"{index_path}: keys of {index.d} dimensions, the model's "
+                                 f"states have {d_model}")
+        return cls(values_N, index, built_for)
+
+
+def build_datastore(model_dir: str | Path, data_dir: str | Path, *, split: str = "train",
+                    nlist: int | None = None,
+                    progress: Callable[[int], None] | None = None) -> Datastore:
+    """The datastore of the model in `model_dir` over one split of a prepared data directory."""
+    from .model_io import WEIGHTS_FILE, load_model
+
+    model, _ = load_model(model_dir)
+    data = ParallelData(Path(data_dir), split)
+    keys_ND, values_N = decoder_states(model, data, progress=progress)
+    return Datastore.build(keys_ND, values_N, nlist=nlist,
+                           model_sha256=sha256_file(Path(model_dir) / WEIGHTS_FILE))
+
+
+class KnnModel(nn.Module):
+    """A model decoding with a datastore: `encode` and `new_cache` are the model's, `decode`
+    returns log(lambda p_kNN + (1 - lambda) p_model) (B, T, V) in fp32, normalised already, so
+    the search's log_softmax leaves it unchanged."""
+
+    def __init__(self, model: nn.Module, store: Datastore, decode: DecodeConfig):
+        super().__init__()
+        self.model, self.store, self.cfg = model, store, model.cfg
+        self.k, self.temperature = decode.knn_k, decode.knn_temperature
+        self.lam = decode.knn_lambda
+        store.probe = decode.knn_probe
+
+    def encode(self, src_BS: Tensor) -> Memory:
+        return self.model.encode(src_BS)
+
+    def new_cache(self, memory: Memory, beams: int = 1,
+                  kv_dtype: torch.dtype | None = None) -> DecoderCache:
+        return self.model.new_cache(memory, beams, kv_dtype)
+
+    def decode(self, tgt_BT: Tensor, memory: Memory, cache: DecoderCache | None = None) -> Tensor:
+        states_BTD = self.model.decode(tgt_BT, memory, cache, project=False)
+        logits_BTV = self.model.pre_softmax(
+            states_BTD, None if cache is None else cache.pre_softmax_DV)
+        logp_BTV = torch.log_softmax(logits_BTV.float(), dim=-1)
+        if self.lam == 0:
+            return logp_BTV
+        B, T, V = logp_BTV.shape
+        knn_logp_BTV = self.store.log_probs(
+            states_BTD.reshape(B * T, -1), V, k=self.k, temperature=self.temperature,
+        ).view(B, T, V)
+        return torch.logaddexp(logp_BTV + math.log1p(-self.lam),
+                               knn_logp_BTV + math.log(self.lam))
