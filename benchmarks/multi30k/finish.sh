@@ -18,23 +18,13 @@
 set -euo pipefail
 OUT=$1; SRC=$2; TGT=$3
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
-DATA=${TRANSFORMER_MT_DATA:-$REPO/../shared/data}
+source "$REPO/benchmarks/multi30k/test_files.sh"
 AVERAGE=${AVERAGE:-5}
 ALPHAS=${ALPHAS:-0.6}
 BEAMS=${BEAMS:-4}
 MBRS=${MBRS:-none}
 PAIRED=()
 [ -z "${BASELINE:-}" ] || [ -n "${LC_TOK:-}" ] || PAIRED=(--baseline "$BASELINE")
-TOKREF=$DATA/multi30k/tok/test_2016_flickr.lc.norm.tok.$TGT.gz
-TEST_SRC=$DATA/multi30k/test_2016_flickr.$SRC.gz
-TEST_REF=$DATA/multi30k/test_2016_flickr.$TGT.gz
-TOK_ARGS=(--lowercase)
-if [ -n "${LC_TOK:-}" ]; then
-  TEST_SRC=$DATA/multi30k/tok/test_2016_flickr.lc.norm.tok.$SRC.gz
-  TEST_REF=$TOKREF
-  TOK_ARGS=(--lowercase --hyp-tokenized)
-fi
-bleu_of() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['bleu'])" "$1"; }
 
 models=""
 for n in $AVERAGE; do
@@ -56,8 +46,7 @@ for model in $models run; do
           --json "$OUT/val.$name.json"
         bleu=$(bleu_of "$OUT/val.$name.json")
         echo "val: $model, beam $beam, alpha $alpha, mbr $mbr: sacreBLEU $bleu"
-        if python3 -c "import sys; sys.exit(not float(sys.argv[1]) > float(sys.argv[2]))" \
-            "$bleu" "$best_bleu"; then
+        if is_better "$bleu" "$best_bleu"; then
           best=$model; best_alpha=$alpha; best_beam=$beam; best_mbr=$mbr; best_bleu=$bleu
         fi
       done

@@ -34,6 +34,13 @@ def selected_setting(path: Path, cast, field: str):
     return cast(path.read_text().strip()) if path.exists() else getattr(DecodeConfig(), field)
 
 
+def datastore_entries(store: Path) -> int:
+    """How many target positions a kNN-MT datastore holds."""
+    from transformer_mt.knn import Datastore
+
+    return len(Datastore.load(store))
+
+
 def main(out: Path) -> None:
     repo = Path(__file__).resolve().parents[2]
     dest = repo / "benchmarks" / "results" / out.name
@@ -93,6 +100,22 @@ def main(out: Path) -> None:
             "tokenized_lowercased": tokbleu,
         },
     }
+    knn = out / "knn"
+    if (knn / "test.sacrebleu.json").exists():  # knn.sh ran
+        k, temperature, lam = (knn / "selected").read_text().split()
+        results["knn"] = {
+            "datastore_entries": datastore_entries(knn / "datastore"),
+            "datastore_seconds": float((knn / "datastore_seconds").read_text()),
+            "selected_on_val": {"k": int(k), "temperature": float(temperature),
+                                "lambda": float(lam)},
+            "val": {path.name.removeprefix("val.").removesuffix(".json"):
+                    json.loads(path.read_text()) for path in sorted(knn.glob("val.*.json"))},
+            "test_2016_flickr": {
+                "sacrebleu": json.loads((knn / "test.sacrebleu.json").read_text()),
+                "tokenized_lowercased": json.loads((knn / "test.tokbleu.json").read_text())
+                if (knn / "test.tokbleu.json").exists() else None,
+            },
+        }
     (dest / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     shutil.copyfile(run / "config.json", dest / "config.json")
     shutil.copyfile(run / "metrics.jsonl", dest / "metrics.jsonl")
@@ -103,7 +126,10 @@ def main(out: Path) -> None:
     tgt = config["languages"][1]
     name = f"test_2016_flickr.{'lc.norm.tok.' if tokenized else ''}hyp.{tgt}"
     shutil.copyfile(out / f"test.hyp.{tgt}", dest / name)
-    print(json.dumps(results["test_2016_flickr"], indent=2))
+    if "knn" in results:
+        shutil.copyfile(knn / f"test.hyp.{tgt}", dest / name.replace("hyp.", "knn.hyp."))
+    print(json.dumps({k: results[k] for k in ("test_2016_flickr", "knn") if k in results},
+                     indent=2))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,16 @@
+# Sourced by finish.sh and knn.sh after OUT, SRC and TGT are set: where the test set and its
+# references are, how tokenized BLEU is computed (LC_TOK=1: a run on the tok/*.lc.norm.tok
+# files, see finish.sh), and bleu_of FILE.json.
+DATA=${TRANSFORMER_MT_DATA:-$REPO/../shared/data}
+TOKREF=$DATA/multi30k/tok/test_2016_flickr.lc.norm.tok.$TGT.gz
+TEST_SRC=$DATA/multi30k/test_2016_flickr.$SRC.gz
+TEST_REF=$DATA/multi30k/test_2016_flickr.$TGT.gz
+TOK_ARGS=(--lowercase)
+if [ -n "${LC_TOK:-}" ]; then
+  TEST_SRC=$DATA/multi30k/tok/test_2016_flickr.lc.norm.tok.$SRC.gz
+  TEST_REF=$TOKREF
+  TOK_ARGS=(--lowercase --hyp-tokenized)
+fi
+bleu_of() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['bleu'])" "$1"; }
+# is_better A B: A > B as numbers
+is_better() { python3 -c "import sys; sys.exit(not float(sys.argv[1]) > float(sys.argv[2]))" "$1" "$2"; }
