@@ -15,8 +15,6 @@ from transformer_mt.decoding import generate
 from transformer_mt.knn import Datastore, DatastoreError, KnnModel, decoder_states
 from transformer_mt.model_io import save_model
 
-pytest.importorskip("faiss")
-
 
 def random_store(n: int = 3000, d: int = 16, nlist: int = 8, seed: int = 0):
     g = torch.Generator().manual_seed(seed)
@@ -29,8 +27,7 @@ def random_store(n: int = 3000, d: int = 16, nlist: int = 8, seed: int = 0):
 def test_search_of_every_cell_is_exact_nearest_neighbours():
     keys_ND, _, store = random_store()
     queries_RD = torch.randn(40, 16, generator=torch.Generator().manual_seed(1))
-    store.probe = store.index.nlist  # every cell: exact
-    distances_Rk, ids_Rk = store.search(queries_RD, k=10)
+    distances_Rk, ids_Rk = store.search(queries_RD, k=10, probe=store.index.nlist)  # exact
     true_RN = torch.cdist(queries_RD.double(), keys_ND.double()).pow(2)
     true_Rk, true_ids_Rk = true_RN.topk(10, dim=1, largest=False)
     assert torch.equal(ids_Rk, true_ids_Rk)
@@ -40,8 +37,7 @@ def test_search_of_every_cell_is_exact_nearest_neighbours():
 def test_fewer_cells_find_fewer_but_never_wrong_neighbours():
     keys_ND, _, store = random_store()
     queries_RD = torch.randn(40, 16, generator=torch.Generator().manual_seed(1))
-    store.probe = 1
-    distances_Rk, ids_Rk = store.search(queries_RD, k=10)
+    distances_Rk, ids_Rk = store.search(queries_RD, k=10, probe=1)
     found = ids_Rk >= 0
     assert found[:, 0].all()
     true_Rk = (queries_RD[:, None] - keys_ND[ids_Rk.clamp(min=0)]).pow(2).sum(-1)
@@ -54,7 +50,7 @@ def test_knn_distribution_by_hand():
     # squared distances 0.25, 0.25, 2.25 -> weights softmax(-d / 2) over tokens 7, 7, 9
     keys_ND = torch.tensor([[0.0], [1.0], [2.0], [10.0]])
     store = Datastore.build(keys_ND, torch.tensor([7, 7, 9, 5]), model_sha256="", nlist=1)
-    logp_RV = store.log_probs(torch.tensor([[0.5]]), 12, k=3, temperature=2.0)
+    logp_RV = store.log_probs(torch.tensor([[0.5]]), 12, k=3, temperature=2.0, probe=1)
     w = torch.softmax(torch.tensor([-0.125, -0.125, -1.125]), dim=0)
     expected = torch.full((12,), float("-inf"))
     expected[7], expected[9] = math.log(w[0] + w[1]), math.log(w[2])
@@ -134,7 +130,8 @@ def test_save_load_and_refusals(tmp_path):
     loaded = Datastore.load(tmp_path / "ds", model_sha256="0" * 64, d_model=16)
     assert torch.equal(loaded.values_N, values_N) and loaded.model_sha256 == "0" * 64
     queries_RD = keys_ND[:5] + 0.01
-    assert torch.equal(loaded.search(queries_RD, 4)[1], store.search(queries_RD, 4)[1])
+    assert torch.equal(loaded.search(queries_RD, 4, probe=2)[1],
+                       store.search(queries_RD, 4, probe=2)[1])
     with pytest.raises(DatastoreError, match="values.safetensors: built for the model"):
         Datastore.load(tmp_path / "ds", model_sha256="1" * 64)
     with pytest.raises(DatastoreError, match="keys of 16 dimensions, the model's states have 32"):

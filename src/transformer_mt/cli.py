@@ -305,22 +305,6 @@ def build_parser() -> argparse.ArgumentParser:
                          "cell count searches all keys, exactly (default: 32)")
     tr.set_defaults(func=_translate)
 
-    ds = sub.add_parser(
-        "datastore", help="build a kNN-MT datastore of a model over prepared data",
-        description="Not in the paper: decode a split of a prepared data directory with a "
-                    "model by teacher forcing and store, for every target position, the "
-                    "decoder's output state and the token that followed (kNN-MT, Khandelwal et "
-                    "al., 2021), indexed with faiss. `translate --datastore` then mixes the "
-                    "tokens of the nearest stored states into the model's distribution. The "
-                    "datastore belongs to that model's weights.",
-    )
-    ds.add_argument("--model", required=True, type=Path, help="model or run directory")
-    ds.add_argument("--data", required=True, type=Path, help="prepared data directory")
-    ds.add_argument("--split", default="train", help="which split (default: train)")
-    ds.add_argument("--out", required=True, type=Path, help="datastore directory to write")
-    ds.add_argument("--nlist", type=int,
-                    help="k-means cells of the index (default: about 4 sqrt(entries))")
-    ds.set_defaults(func=_datastore)
 
     ev = sub.add_parser(
         "evaluate", help="sacreBLEU, chrF and tokenized BLEU of a translation file",
@@ -352,6 +336,23 @@ def build_parser() -> argparse.ArgumentParser:
                     help="resamples of the test sentences for --baseline (default: 1000)")
     ev.add_argument("--json", type=Path, help="also write the scores as JSON")
     ev.set_defaults(func=_evaluate)
+
+    ds = sub.add_parser(
+        "datastore", help="build a kNN-MT datastore of a model over prepared data",
+        description="Not in the paper: decode a split of a prepared data directory with a "
+                    "model by teacher forcing and store, for every target position, the "
+                    "decoder's output state and the token that followed (kNN-MT, Khandelwal et "
+                    "al., 2021), indexed with faiss. `translate --datastore` then mixes the "
+                    "tokens of the nearest stored states into the model's distribution. The "
+                    "datastore belongs to that model's weights.",
+    )
+    ds.add_argument("--model", required=True, type=Path, help="model or run directory")
+    ds.add_argument("--data", required=True, type=Path, help="prepared data directory")
+    ds.add_argument("--split", default="train", help="which split (default: train)")
+    ds.add_argument("--out", required=True, type=Path, help="datastore directory to write")
+    ds.add_argument("--nlist", type=int,
+                    help="k-means cells of the index (default: about 4 sqrt(entries))")
+    ds.set_defaults(func=_datastore)
     return parser
 
 

@@ -30,13 +30,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
 from .config import DecodeConfig
 from .data import ParallelData, sha256_file
 from .model import DecoderCache, Memory, Transformer
+from .model_io import WEIGHTS_FILE, load_model
 
 VALUES_FILE = "values.safetensors"
 INDEX_FILE = "index.faiss"
@@ -47,12 +48,10 @@ class DatastoreError(ValueError):
 
 
 def _faiss():
+    """faiss, imported when a datastore is used, with torch's thread count."""
     logging.getLogger("faiss.loader").setLevel(logging.WARNING)  # which SIMD build it found
-    try:
-        import faiss
-    except ImportError:
-        raise DatastoreError("kNN-MT needs faiss: pip install 'transformer-mt[knn]' "
-                             "(faiss-cpu)") from None
+    import faiss
+
     faiss.omp_set_num_threads(torch.get_num_threads())
     return faiss
 
@@ -70,11 +69,11 @@ def decoder_states(model: Transformer, data: ParallelData, *, batch_sentences: i
     for every target position of `data` (EOS included), sentences in order of target length.
     `progress` gets the number of sentences done after each batch."""
     model.eval()
+    device = next(model.parameters()).device
     order = np.argsort(data.tgt_lengths, kind="stable")
     keys, values = [], []
     for start in range(0, len(order), batch_sentences):
         src_BS, tgt_in_BT, tgt_out_BT = data.collate(order[start : start + batch_sentences])
-        device = next(model.parameters()).device
         states_BTD = model(src_BS.to(device), tgt_in_BT.to(device), project=False)
         real_BT = tgt_out_BT.ne(model.cfg.pad_id).to(device)
         keys.append(states_BTD[real_BT].float().cpu())
@@ -87,12 +86,11 @@ def decoder_states(model: Transformer, data: ParallelData, *, batch_sentences: i
 @dataclass
 class Datastore:
     """Values (N,) and the faiss index over their keys; `model_sha256` of the weights that made
-    them. Searching reads `probe` of the index's cells."""
+    them."""
 
     values_N: Tensor
     index: object  # faiss.IndexIVFFlat
     model_sha256: str
-    probe: int = 32
 
     def __len__(self) -> int:
         return len(self.values_N)
@@ -115,20 +113,20 @@ class Datastore:
         index.add(keys)
         return cls(values_N.long(), index, model_sha256)
 
-    def search(self, queries_RD: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    def search(self, queries_RD: Tensor, k: int, probe: int) -> tuple[Tensor, Tensor]:
         """Squared L2 distances (R, k) ascending and entry ids (R, k) of the k nearest keys of
-        each query among the `probe` nearest cells; -1 (distance inf) where fewer were found."""
-        self.index.nprobe = min(self.probe, self.index.nlist)
+        each query in the `probe` cells nearest it; -1 (distance inf) where fewer were found."""
+        self.index.nprobe = min(probe, self.index.nlist)
         queries = np.ascontiguousarray(queries_RD.detach().float().cpu().numpy())
         distances, ids = self.index.search(queries, k)
         distances_Rk = torch.from_numpy(distances)
         ids_Rk = torch.from_numpy(ids)
         return distances_Rk.masked_fill(ids_Rk < 0, float("inf")), ids_Rk
 
-    def log_probs(self, queries_RD: Tensor, vocab_size: int, *, k: int,
-                  temperature: float) -> Tensor:
+    def log_probs(self, queries_RD: Tensor, vocab_size: int, *, k: int, temperature: float,
+                  probe: int) -> Tensor:
         """log p_kNN (R, V): the k neighbours' tokens weighted by softmax(-distance / T)."""
-        distances_Rk, ids_Rk = self.search(queries_RD, k)
+        distances_Rk, ids_Rk = self.search(queries_RD, k, probe)
         weights_Rk = torch.softmax(-distances_Rk / temperature, dim=1).nan_to_num_(0.0)
         tokens_Rk = self.values_N[ids_Rk.clamp(min=0)]
         probs_RV = torch.zeros(len(ids_Rk), vocab_size).scatter_add_(1, tokens_Rk, weights_Rk)
@@ -166,8 +164,6 @@ class Datastore:
                                      f"{VALUES_FILE} and {INDEX_FILE}; `transformer-mt "
                                      "datastore` writes them)")
         try:
-            from safetensors import safe_open
-
             with safe_open(str(values_path), framework="pt") as f:
                 metadata = f.metadata() or {}
             values_N = load_file(str(values_path))["values"].long()
@@ -195,8 +191,6 @@ def build_datastore(model_dir: str | Path, data_dir: str | Path, *, split: str =
                     nlist: int | None = None,
                     progress: Callable[[int], None] | None = None) -> Datastore:
     """The datastore of the model in `model_dir` over one split of a prepared data directory."""
-    from .model_io import WEIGHTS_FILE, load_model
-
     model, _ = load_model(model_dir)
     data = ParallelData(Path(data_dir), split)
     keys_ND, values_N = decoder_states(model, data, progress=progress)
@@ -212,9 +206,9 @@ class KnnModel(nn.Module):
     def __init__(self, model: nn.Module, store: Datastore, decode: DecodeConfig):
         super().__init__()
         self.model, self.store, self.cfg = model, store, model.cfg
-        self.k, self.temperature = decode.knn_k, decode.knn_temperature
+        self.search = {"k": decode.knn_k, "temperature": decode.knn_temperature,
+                       "probe": decode.knn_probe}
         self.lam = decode.knn_lambda
-        store.probe = decode.knn_probe
 
     def encode(self, src_BS: Tensor) -> Memory:
         return self.model.encode(src_BS)
@@ -231,8 +225,7 @@ class KnnModel(nn.Module):
         if self.lam == 0:
             return logp_BTV
         B, T, V = logp_BTV.shape
-        knn_logp_BTV = self.store.log_probs(
-            states_BTD.reshape(B * T, -1), V, k=self.k, temperature=self.temperature,
-        ).view(B, T, V)
+        knn_logp_BTV = self.store.log_probs(states_BTD.reshape(B * T, -1), V,
+                                            **self.search).view(B, T, V)
         return torch.logaddexp(logp_BTV + math.log1p(-self.lam),
                                knn_logp_BTV + math.log(self.lam))
