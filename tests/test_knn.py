@@ -171,3 +171,6 @@ def test_cli_datastore_then_translate(prepared_multi30k, multi30k_corpus, tmp_pa
     assert main(["translate", "--model", str(other), "--input", str(test_en),
                  "--datastore", str(store)]) == 2
     assert "built for the model with weights sha256" in capsys.readouterr().err
+    assert main(["translate", "--model", str(model_dir), "--input", str(test_en),
+                 "--knn-lambda", "0.3"]) == 2
+    assert "--knn-lambda sets kNN-MT, which needs --datastore" in capsys.readouterr().err

@@ -52,6 +52,10 @@ def _translate(args: argparse.Namespace) -> int:
                                    ("knn_temperature", args.knn_temperature),
                                    ("knn_lambda", args.knn_lambda), ("knn_probe", args.knn_probe))
                  if v is not None}
+    knn_options = [k for k in overrides if k.startswith("knn_")]
+    if knn_options and args.datastore is None:
+        raise ValueError(f"--{knn_options[0].replace('_', '-')} sets kNN-MT, which needs "
+                         "--datastore")
     model_dirs = [resolve_model_dir(m) for m in args.model]
     log.info("translating with %s%s", ", ".join(str(d) for d in model_dirs),
              f" and the datastore {args.datastore}" if args.datastore else "")
