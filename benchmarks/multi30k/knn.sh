@@ -18,10 +18,9 @@ MODEL=$OUT/$(cat "$OUT/selected")
 DECODE=(--alpha "$(cat "$OUT/alpha")" --beam-size "$(cat "$OUT/beam")")
 mkdir -p "$OUT/knn"
 
-start=$(date +%s.%N)
+SECONDS=0
 transformer-mt datastore --model "$MODEL" --data "$OUT/data" --out "$OUT/knn/datastore"
-python3 -c "import sys; print(round(float(sys.argv[2]) - float(sys.argv[1]), 1))" \
-  "$start" "$(date +%s.%N)" > "$OUT/knn/datastore_seconds"
+echo "$SECONDS" > "$OUT/knn/datastore_seconds"
 
 best=""; best_bleu=-1
 for k in $KNN_KS; do

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,13 +30,13 @@ from pathlib import Path
 import numpy as np
 import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import Tensor, nn
 
 from .config import DecodeConfig
 from .data import ParallelData, sha256_file
 from .model import DecoderCache, Memory, Transformer
-from .model_io import WEIGHTS_FILE, load_model
+from .model_io import WEIGHTS_FILE, atomic_write, load_model
 
 VALUES_FILE = "values.safetensors"
 INDEX_FILE = "index.faiss"
@@ -75,9 +74,9 @@ def decoder_states(model: Transformer, data: ParallelData, *, batch_sentences: i
     for start in range(0, len(order), batch_sentences):
         src_BS, tgt_in_BT, tgt_out_BT = data.collate(order[start : start + batch_sentences])
         states_BTD = model(src_BS.to(device), tgt_in_BT.to(device), project=False)
-        real_BT = tgt_out_BT.ne(model.cfg.pad_id).to(device)
-        keys.append(states_BTD[real_BT].float().cpu())
-        values.append(tgt_out_BT.to(device)[real_BT].cpu())
+        real_BT = tgt_out_BT.ne(model.cfg.pad_id)
+        keys.append(states_BTD[real_BT.to(device)].float().cpu())
+        values.append(tgt_out_BT[real_BT])
         if progress is not None:
             progress(min(start + batch_sentences, len(order)))
     return torch.cat(keys), torch.cat(values)
@@ -133,21 +132,15 @@ class Datastore:
         return probs_RV.log_().to(queries_RD.device)
 
     def save(self, out_dir: str | Path, *, corpus: str = "") -> Path:
-        """Write values.safetensors and index.faiss into `out_dir`, each through a temporary
-        file renamed into place."""
+        """Write values.safetensors and index.faiss into `out_dir`, each renamed into place."""
         faiss = _faiss()
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         metadata = {"model_sha256": self.model_sha256, "corpus": corpus,
                     "d_model": str(self.index.d), "nlist": str(self.index.nlist)}
-        for name, write in (
-            (VALUES_FILE, lambda p: save_file({"values": self.values_N.int().contiguous()},
-                                              str(p), metadata=metadata)),
-            (INDEX_FILE, lambda p: faiss.write_index(self.index, str(p))),
-        ):
-            tmp = out_dir / f".{name}.tmp"
-            write(tmp)
-            os.replace(tmp, out_dir / name)
+        atomic_write(out_dir / VALUES_FILE, lambda p: save_file(
+            {"values": self.values_N.int().contiguous()}, str(p), metadata=metadata))
+        atomic_write(out_dir / INDEX_FILE, lambda p: faiss.write_index(self.index, str(p)))
         return out_dir
 
     @classmethod
@@ -166,7 +159,7 @@ class Datastore:
         try:
             with safe_open(str(values_path), framework="pt") as f:
                 metadata = f.metadata() or {}
-            values_N = load_file(str(values_path))["values"].long()
+                values_N = f.get_tensor("values").long()
         except (SafetensorError, KeyError, OSError) as err:
             raise DatastoreError(f"{values_path}: not a datastore's values ({err})") from None
         built_for = metadata.get("model_sha256", "")

@@ -44,7 +44,7 @@ def unique_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return state
 
 
-def _atomic_write(path: Path, write) -> None:
+def atomic_write(path: Path, write) -> None:
     """Write through a temporary file beside `path`, then rename it into place."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     os.close(fd)
@@ -62,14 +62,14 @@ def save_model(model: Transformer, out_dir: str | Path, *, vocab_path: str | Pat
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     state = {k: v.cpu() for k, v in unique_state_dict(model).items()}
-    _atomic_write(out_dir / WEIGHTS_FILE,
+    atomic_write(out_dir / WEIGHTS_FILE,
                   lambda p: save_file(state, str(p), metadata={"format": "pt"}))
     decode = decode or DecodeConfig()
     config = {"model": config_to_dict(model.cfg), "decode": config_to_dict(decode)}
-    _atomic_write(out_dir / CONFIG_FILE,
+    atomic_write(out_dir / CONFIG_FILE,
                   lambda p: p.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8"))
     if vocab_path is not None and Path(vocab_path).resolve() != (out_dir / VOCAB_FILE).resolve():
-        _atomic_write(out_dir / VOCAB_FILE, lambda p: shutil.copyfile(vocab_path, p))
+        atomic_write(out_dir / VOCAB_FILE, lambda p: shutil.copyfile(vocab_path, p))
     return out_dir
 
 

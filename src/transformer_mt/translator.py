@@ -116,9 +116,7 @@ class Translator:
         model = models[0] if len(models) == 1 else Ensemble(models)
         vocab = Vocabulary.load(dirs[0] / VOCAB_FILE)
         store = None
-        if datastore is not None:
-            if len(dirs) > 1:
-                raise ValueError("a datastore belongs to one model, not an ensemble")
+        if datastore is not None:  # (with several models, __init__ refuses it)
             store = Datastore.load(datastore, model_sha256=sha256_file(dirs[0] / WEIGHTS_FILE),
                                    d_model=models[0].cfg.d_model)
         return cls(model, vocab, dataclasses.replace(loaded[0][1], **decode_overrides), store)
