@@ -66,6 +66,15 @@ def test_translate_end_to_end(tmp_path, multi30k_vocab, monkeypatch, caplog):
     chosen = mbr.read_text(encoding="utf-8").splitlines()
     assert len(chosen) == 3
     assert all(text in {r[2] for r in rows if r[0] == str(i)} for i, text in enumerate(chosen))
+    best = {}  # --beam-stop bound searches on from the default's finished set: never worse
+    for stop in ("n_finished", "bound"):
+        path = tmp_path / f"{stop}.txt"
+        assert main(["translate", "--model", str(tmp_path / "model"), "--input", str(src),
+                     "--output", str(path), "--beam-size", "2", "--n-best", "1", "--alpha",
+                     "1.5", "--beam-stop", stop]) == 0
+        best[stop] = [float(line.split("\t")[1]) for line in path.read_text().splitlines()]
+    assert len(best["bound"]) == 3
+    assert all(b >= f - 1e-6 for b, f in zip(best["bound"], best["n_finished"], strict=True))
 
 
 def test_translate_missing_model_is_a_clear_error(tmp_path, capsys):

@@ -67,6 +67,7 @@ def test_exponent_floats_without_a_dot(tmp_path):
     ("model.d_k=big", "'model.d_k' must be int, got 'big'"),
     ("model.n_heads=7", "not divisible by n_heads=7"),
     ("decode.n_best=9", "n_best=9 exceeds beam_size=4"),
+    ("decode.beam_stop=never", "'decode.beam_stop' must be one of"),
     ("model", "not of the form"),
 ])
 def test_bad_overrides_name_the_key(override, message):

@@ -209,6 +209,36 @@ def test_hand_built_beam_three_best_and_batch():
             [math.log(0.3), math.log(0.285), math.log(0.2)])
 
 
+def test_hand_built_beam_stop_bound_waits_for_a_longer_winner():
+    # N=1, alpha 2. Step 2: [A EOS] (.45) finishes, score log .45 / (7/6)^2 = -0.587, and the
+    # fairseq rule stops there. [A A] (.405) is alive; over lp(53) (source 3 + 50) it could still
+    # reach -0.904 / (58/6)^2 = -0.0097, so "bound" goes on: [A A EOS] scores
+    # log .405 / (8/6)^2 = -0.508 and wins; nothing alive is left (its other tokens have
+    # probability 0), so the search ends at step 3, not at the maximum length.
+    table = {(): {A: 0.9, EOS: 0.1}, (A,): {EOS: 0.5, A: 0.45, B: 0.05}}
+    model = TableModel(table, {EOS: 1.0})
+    first = beam_search(model, SRC, DecodeConfig(beam_size=1, length_penalty=2.0))[0]
+    bound = beam_search(model, SRC, DecodeConfig(beam_size=1, length_penalty=2.0,
+                                                 beam_stop="bound", n_best=1))[0]
+    assert [h.tokens for h in first] == [[A]]
+    assert first[0].score == pytest.approx(math.log(0.45) / (7 / 6) ** 2)
+    assert [h.tokens for h in bound] == [[A, A]]
+    assert bound[0].score == pytest.approx(math.log(0.405) / (8 / 6) ** 2)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 1.5])
+def test_beam_stop_bound_never_returns_a_worse_best(alpha):
+    # The same beam, searched for longer: its finished set grows, so its best can only improve.
+    model = tiny_model(seed=7)
+    src = random_batch(3, 6, 7)
+    cfgs = [DecodeConfig(beam_size=3, length_penalty=alpha, max_length_offset=6,
+                         beam_stop=stop) for stop in ("n_finished", "bound")]
+    first, bound = (beam_search(model, src, cfg) for cfg in cfgs)
+    for (f,), (b,) in zip(first, bound, strict=True):
+        assert b.score >= f.score - 1e-6
+        assert b.score == pytest.approx(b.log_prob / length_penalty(len(b.tokens) + 1, alpha))
+
+
 def test_max_length_is_source_length_plus_offset():
     never_ends = TableModel({}, {A: 0.9, B: 0.09, EOS: 0.01})
     src = torch.tensor([[A, EOS, PAD, PAD], [A, A, A, EOS]])  # lengths 2 and 4

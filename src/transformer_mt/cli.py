@@ -46,6 +46,7 @@ def _translate(args: argparse.Namespace) -> int:
 
     overrides = {k: v for k, v in (("beam_size", args.beam_size), ("n_best", args.n_best),
                                    ("strategy", args.strategy), ("length_penalty", args.alpha),
+                                   ("beam_stop", args.beam_stop),
                                    ("batch_size", args.batch_size), ("bf16", args.bf16),
                                    ("int8", args.int8), ("kv_bf16", args.kv_bf16),
                                    ("mbr", args.mbr), ("knn_k", args.knn_k),
@@ -272,6 +273,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="print N hypotheses per sentence as 'index<TAB>score<TAB>text'")
     tr.add_argument("--strategy", choices=["beam", "greedy", "sample"])
     tr.add_argument("--alpha", type=float, help="length penalty alpha (model default: 0.6)")
+    tr.add_argument("--beam-stop", choices=["n_finished", "bound"],
+                    help="when a sentence's beam search ends: once --beam-size hypotheses have "
+                         "finished (n_finished, as fairseq; the default), or only when no live "
+                         "hypothesis can still outscore them under the length penalty (bound, "
+                         "as tensor2tensor, the paper's code: longer outputs can win; slower)")
     tr.add_argument("--batch-size", type=int, help="sentences per batch (default: 64)")
     tr.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     tr.add_argument("--bf16", action="store_true", default=None,

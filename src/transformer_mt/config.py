@@ -102,6 +102,11 @@ class DecodeConfig:
     strategy: Literal["beam", "greedy", "sample"] = "beam"
     beam_size: int = 4
     length_penalty: float = 0.6  # alpha of GNMT's lp(Y) = ((5 + |Y|) / 6)^alpha; 0 turns it off
+    # When a sentence's beam search ends: "n_finished" once beam_size hypotheses have ended (as
+    # fairseq, and Hugging Face's early_stopping=True); "bound" (tensor2tensor, the paper's
+    # code) only when no live hypothesis, however long, can outscore the beam_size-th best
+    # finished one: its log-probability over lp(maximum length) is that bound.
+    beam_stop: Literal["n_finished", "bound"] = "n_finished"
     max_length_offset: int = 50  # an output has at most (source length + offset) tokens
     # Not in the paper (benchmarks force equal work with min = max): lengths count EOS; 0 = off.
     min_length: int = 0  # EOS is not allowed before this many tokens
@@ -148,7 +153,7 @@ class DecodeConfig:
             raise ValueError(f"decode.length_penalty must be >= 0, got {self.length_penalty}")
         if self.top_k < 0 or not 0.0 < self.top_p <= 1.0:
             raise ValueError("decode.top_k must be >= 0 and decode.top_p in (0, 1]")
-        _check_choice(self, "strategy", "mbr")
+        _check_choice(self, "strategy", "mbr", "beam_stop")
         if self.mbr != "none" and self.strategy != "beam":
             raise ValueError(f"decode.mbr={self.mbr} chooses among a beam's hypotheses: it needs "
                              f"strategy beam, not {self.strategy}")

@@ -167,8 +167,9 @@ def beam_search(model, src_BS: Tensor, cfg: DecodeConfig) -> list[list[Hypothesi
     """Batched beam search (§6.1): beam_size hypotheses per sentence, ranked by
     log P(Y|X) / lp(Y). Each step keeps the 2N best extensions of the N alive hypotheses; those
     ending in EOS and ranked within the first N are finished, the N best others stay alive.
-    A sentence is done when N hypotheses have finished (or its maximum length is reached); the
-    search stops when every sentence is done. Returns the n_best finished hypotheses per
+    A sentence is done when N hypotheses have finished (with cfg.beam_stop "bound": and no live
+    one can outscore the N-th best of them), or at its maximum length; the search stops when
+    every sentence is done. Returns the n_best finished hypotheses per
     sentence, best first."""
     mcfg = model.cfg
     B, N = src_BS.size(0), cfg.beam_size
@@ -207,7 +208,9 @@ def beam_search(model, src_BS: Tensor, cfg: DecodeConfig) -> list[list[Hypothesi
         tokens_AnT = torch.cat([tokens_AnT[rows], token_A2N.gather(1, pick_AN).view(-1, 1)], 1)
         cache.reorder(rows, beams=N)
         at_limit = (max_len_A <= length).tolist()  # one read, not one per sentence
-        still = [a for a in range(A) if len(finished[active[a]]) < N and not at_limit[a]]
+        bound = _best_possible_scores(alive_lp_An, max_len_A, cfg)
+        still = [a for a in range(A)
+                 if not at_limit[a] and not _beam_done(finished[active[a]], N, bound[a])]
         if len(still) < A:  # drop the sentences that are done
             keep_A = torch.tensor(still, dtype=torch.long, device=device)
             keep_rows = (keep_A[:, None] * N + torch.arange(N, device=device)).view(-1)
@@ -216,6 +219,24 @@ def beam_search(model, src_BS: Tensor, cfg: DecodeConfig) -> list[list[Hypothesi
             cache.keep_sources(keep_A)
             active = [active[a] for a in still]
     return [sorted(hyps, key=lambda h: -h.score)[: cfg.n_best] for hyps in finished]
+
+
+def _best_possible_scores(alive_lp_AN: Tensor, max_len_A: Tensor,
+                          cfg: DecodeConfig) -> list[float]:
+    """The highest score a live hypothesis of each sentence may still reach: with beam_stop
+    "bound", the best one's log-probability over lp(maximum length) (log-probabilities only
+    fall as tokens are added, lp only grows); with "n_finished", -inf: the search takes the
+    first N finished as final."""
+    if cfg.beam_stop == "n_finished":
+        return [float("-inf")] * alive_lp_AN.size(0)
+    best_A = alive_lp_AN.max(dim=1).values
+    return (best_A / length_penalty(max_len_A.to(best_A.dtype), cfg.length_penalty)).tolist()
+
+
+def _beam_done(finished: list[Hypothesis], N: int, best_possible: float) -> bool:
+    """N hypotheses have finished and no live one can outscore the N-th best of them."""
+    return len(finished) >= N and sorted((h.score for h in finished),
+                                         reverse=True)[N - 1] >= best_possible
 
 
 def generate(model, src_BS: Tensor, cfg: DecodeConfig) -> list[list[Hypothesis]]:
