@@ -8,6 +8,8 @@
 # Usage: benchmarks/multi30k/knn.sh OUT_DIR SRC TGT   (then report.py OUT_DIR)
 #   KNN_KS="8 16 32", KNN_TEMPERATURES="10", KNN_LAMBDAS="0.2 0.3 0.4": the val grid (defaults)
 #   KNN_ALPHAS="1.4 2 3": length penalties to grid with them (default: the alpha finish.sh chose)
+#   KNN_EOS="mix model": translate --knn-eos choices to grid with them (default "mix")
+#   An existing OUT/knn/datastore is reused (translate refuses one built for other weights).
 #   LC_TOK=1 as for finish.sh
 set -euo pipefail
 OUT=$1; SRC=$2; TGT=$3
@@ -19,39 +21,46 @@ KNN_LAMBDAS=${KNN_LAMBDAS:-0.2 0.3 0.4}
 MODEL=$OUT/$(cat "$OUT/selected")
 RUN_ALPHA=$(cat "$OUT/alpha")
 KNN_ALPHAS=${KNN_ALPHAS:-$RUN_ALPHA}
+KNN_EOS=${KNN_EOS:-mix}
 BEAM=(--beam-size "$(cat "$OUT/beam")")
 mkdir -p "$OUT/knn"
 
-SECONDS=0
-transformer-mt datastore --model "$MODEL" --data "$OUT/data" --out "$OUT/knn/datastore"
-echo "$SECONDS" > "$OUT/knn/datastore_seconds"
+if [ ! -d "$OUT/knn/datastore" ]; then
+  SECONDS=0
+  transformer-mt datastore --model "$MODEL" --data "$OUT/data" --out "$OUT/knn/datastore"
+  echo "$SECONDS" > "$OUT/knn/datastore_seconds"
+fi
 
 best=""; best_bleu=-1
-for alpha in $KNN_ALPHAS; do
-  for k in $KNN_KS; do
-    for t in $KNN_TEMPERATURES; do
-      for lam in $KNN_LAMBDAS; do
-        name=k$k.t$t.l$lam
-        [ "$alpha" = "$RUN_ALPHA" ] || name=$name.alpha$alpha  # the run's alpha: earlier names
-        transformer-mt translate --model "$MODEL" "${BEAM[@]}" --alpha "$alpha" \
-          --datastore "$OUT/knn/datastore" --knn-k "$k" --knn-temperature "$t" \
-          --knn-lambda "$lam" --input "$OUT/data/valid.src.txt" --output "$OUT/knn/val.$name.$TGT"
-        transformer-mt evaluate --hyp "$OUT/knn/val.$name.$TGT" --ref "$OUT/data/valid.tgt.txt" \
-          --json "$OUT/knn/val.$name.json"
-        bleu=$(bleu_of "$OUT/knn/val.$name.json")
-        echo "val: kNN k $k, temperature $t, lambda $lam, alpha $alpha: sacreBLEU $bleu"
-        if is_better "$bleu" "$best_bleu"; then
-          best="$k $t $lam $alpha"; best_bleu=$bleu
-        fi
+for eos in $KNN_EOS; do
+  for alpha in $KNN_ALPHAS; do
+    for k in $KNN_KS; do
+      for t in $KNN_TEMPERATURES; do
+        for lam in $KNN_LAMBDAS; do
+          name=k$k.t$t.l$lam  # the run's alpha and mix: the names of the earlier runs
+          [ "$alpha" = "$RUN_ALPHA" ] || name=$name.alpha$alpha
+          [ "$eos" = mix ] || name=$name.eos-$eos
+          transformer-mt translate --model "$MODEL" "${BEAM[@]}" --alpha "$alpha" \
+            --datastore "$OUT/knn/datastore" --knn-k "$k" --knn-temperature "$t" \
+            --knn-lambda "$lam" --knn-eos "$eos" --input "$OUT/data/valid.src.txt" \
+            --output "$OUT/knn/val.$name.$TGT"
+          transformer-mt evaluate --hyp "$OUT/knn/val.$name.$TGT" \
+            --ref "$OUT/data/valid.tgt.txt" --json "$OUT/knn/val.$name.json"
+          bleu=$(bleu_of "$OUT/knn/val.$name.json")
+          echo "val: kNN k $k, temperature $t, lambda $lam, alpha $alpha, eos $eos: sacreBLEU $bleu"
+          if is_better "$bleu" "$best_bleu"; then
+            best="$k $t $lam $alpha $eos"; best_bleu=$bleu
+          fi
+        done
       done
     done
   done
 done
-read -r k t lam alpha <<< "$best"
-echo "selected on val: k $k, temperature $t, lambda $lam, alpha $alpha ($best_bleu)"
+read -r k t lam alpha eos <<< "$best"
+echo "selected on val: k $k, temperature $t, lambda $lam, alpha $alpha, eos $eos ($best_bleu)"
 echo "$best" > "$OUT/knn/selected"
 
-transformer-mt translate --model "$MODEL" "${BEAM[@]}" --alpha "$alpha" \
+transformer-mt translate --model "$MODEL" "${BEAM[@]}" --alpha "$alpha" --knn-eos "$eos" \
   --datastore "$OUT/knn/datastore" \
   --knn-k "$k" --knn-temperature "$t" --knn-lambda "$lam" \
   --input "$TEST_SRC" --output "$OUT/knn/test.hyp.$TGT"
