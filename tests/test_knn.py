@@ -90,27 +90,6 @@ def test_lambda_zero_is_the_model_and_mixture_is_normalised():
     assert not torch.allclose(mixed, expected)
 
 
-def test_eos_from_the_model_keeps_its_probability_and_rescales_the_mixture():
-    model = tiny_model()
-    eos = model.cfg.eos_id
-    keys_ND, values_N = torch.randn(2000, 32), torch.randint(0, 50, (2000,))
-    values_N[::2] = eos  # neighbours that vote for the end far more than the model does
-    store = Datastore.build(keys_ND, values_N, model_sha256="0" * 64, nlist=8)
-    src_BS, tgt_BT = random_batch(0, batch=3, length=6), random_batch(1, batch=3, length=5)
-    tgt_BT[:, 0] = model.cfg.bos_id
-    memory = model.encode(src_BS)
-    with torch.inference_mode():
-        model_BTV = torch.log_softmax(model.decode(tgt_BT, memory).float(), dim=-1)
-    mixed_BTV, kept_BTV = (KnnModel(model, store, DecodeConfig(knn_lambda=0.5, knn_eos=eos_rule))
-                           .decode(tgt_BT, memory) for eos_rule in ("mix", "model"))
-    assert (mixed_BTV[..., eos] > model_BTV[..., eos] + 0.5).all()  # the votes move EOS
-    torch.testing.assert_close(kept_BTV[..., eos], model_BTV[..., eos])
-    torch.testing.assert_close(kept_BTV.logsumexp(dim=-1), torch.zeros(3, 5), atol=1e-5, rtol=0)
-    words = [v for v in range(model_BTV.size(-1)) if v != eos]
-    shift_BTW = kept_BTV[..., words] - mixed_BTV[..., words]  # one factor per position
-    torch.testing.assert_close(shift_BTW, shift_BTW[..., :1].expand_as(shift_BTW))
-
-
 def test_incremental_decoding_equals_full_recomputation():
     model = tiny_model()
     _, _, store = random_store(n=2000, d=32)
@@ -179,14 +158,12 @@ def test_cli_datastore_then_translate(prepared_multi30k, multi30k_corpus, tmp_pa
     outputs = {}
     for name, extra in (("plain", []), ("lambda0", ["--datastore", str(store), "--knn-lambda",
                                                     "0"]),
-                        ("knn", ["--datastore", str(store), "--knn-lambda", "0.6"]),
-                        ("knn_eos", ["--datastore", str(store), "--knn-lambda", "0.6",
-                                     "--knn-eos", "model"])):
+                        ("knn", ["--datastore", str(store), "--knn-lambda", "0.6"])):
         out = tmp_path / f"{name}.de"
         assert main(["translate", "--model", str(model_dir), "--input", str(test_en),
                      "--output", str(out), "--beam-size", "2", *extra]) == 0
         outputs[name] = out.read_text(encoding="utf-8").splitlines()
-    assert len(outputs["knn"]) == len(outputs["knn_eos"]) == 30
+    assert len(outputs["knn"]) == 30
     assert outputs["lambda0"] == outputs["plain"] and outputs["knn"] != outputs["plain"]
 
     other = save_model(tiny_model(seed=1, vocab_size=500), tmp_path / "other",

@@ -1,16 +1,13 @@
 #!/usr/bin/env bash
 # kNN-MT (Khandelwal et al., 2021; not in the paper) on a run finish.sh has finished: build the
 # datastore of the model it selected over the training split, choose k, the temperature and
-# lambda (and, with KNN_ALPHAS, the length penalty) on val by sacreBLEU, at the beam finish.sh
-# chose, translate
+# lambda on val by sacreBLEU (at the beam and alpha finish.sh chose), translate
 # test_2016_flickr with them and score it as finish.sh does, with paired bootstrap resampling
 # against the run's own test translation (the same model without the datastore).
 # Usage: benchmarks/multi30k/knn.sh OUT_DIR SRC TGT   (then report.py OUT_DIR)
 #   KNN_KS="8 16 32", KNN_TEMPERATURES="10", KNN_LAMBDAS="0.2 0.3 0.4": the val grid (defaults)
-#   KNN_ALPHAS="1.4 2 3": length penalties to grid with them (default: the alpha finish.sh chose)
-#   KNN_EOS="mix model": translate --knn-eos choices to grid with them (default "mix")
-#   An existing OUT/knn/datastore is reused (translate refuses one built for other weights).
 #   LC_TOK=1 as for finish.sh
+#   An existing OUT/knn/datastore is reused (translate refuses one built for other weights).
 set -euo pipefail
 OUT=$1; SRC=$2; TGT=$3
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -19,10 +16,7 @@ KNN_KS=${KNN_KS:-8 16 32}
 KNN_TEMPERATURES=${KNN_TEMPERATURES:-10}
 KNN_LAMBDAS=${KNN_LAMBDAS:-0.2 0.3 0.4}
 MODEL=$OUT/$(cat "$OUT/selected")
-RUN_ALPHA=$(cat "$OUT/alpha")
-KNN_ALPHAS=${KNN_ALPHAS:-$RUN_ALPHA}
-KNN_EOS=${KNN_EOS:-mix}
-BEAM=(--beam-size "$(cat "$OUT/beam")")
+DECODE=(--alpha "$(cat "$OUT/alpha")" --beam-size "$(cat "$OUT/beam")")
 mkdir -p "$OUT/knn"
 
 if [ ! -d "$OUT/knn/datastore" ]; then
@@ -32,36 +26,28 @@ if [ ! -d "$OUT/knn/datastore" ]; then
 fi
 
 best=""; best_bleu=-1
-for eos in $KNN_EOS; do
-  for alpha in $KNN_ALPHAS; do
-    for k in $KNN_KS; do
-      for t in $KNN_TEMPERATURES; do
-        for lam in $KNN_LAMBDAS; do
-          name=k$k.t$t.l$lam  # the run's alpha and mix: the names of the earlier runs
-          [ "$alpha" = "$RUN_ALPHA" ] || name=$name.alpha$alpha
-          [ "$eos" = mix ] || name=$name.eos-$eos
-          transformer-mt translate --model "$MODEL" "${BEAM[@]}" --alpha "$alpha" \
-            --datastore "$OUT/knn/datastore" --knn-k "$k" --knn-temperature "$t" \
-            --knn-lambda "$lam" --knn-eos "$eos" --input "$OUT/data/valid.src.txt" \
-            --output "$OUT/knn/val.$name.$TGT"
-          transformer-mt evaluate --hyp "$OUT/knn/val.$name.$TGT" \
-            --ref "$OUT/data/valid.tgt.txt" --json "$OUT/knn/val.$name.json"
-          bleu=$(bleu_of "$OUT/knn/val.$name.json")
-          echo "val: kNN k $k, temperature $t, lambda $lam, alpha $alpha, eos $eos: sacreBLEU $bleu"
-          if is_better "$bleu" "$best_bleu"; then
-            best="$k $t $lam $alpha $eos"; best_bleu=$bleu
-          fi
-        done
-      done
+for k in $KNN_KS; do
+  for t in $KNN_TEMPERATURES; do
+    for lam in $KNN_LAMBDAS; do
+      name=k$k.t$t.l$lam
+      transformer-mt translate --model "$MODEL" "${DECODE[@]}" --datastore "$OUT/knn/datastore" \
+        --knn-k "$k" --knn-temperature "$t" --knn-lambda "$lam" \
+        --input "$OUT/data/valid.src.txt" --output "$OUT/knn/val.$name.$TGT"
+      transformer-mt evaluate --hyp "$OUT/knn/val.$name.$TGT" --ref "$OUT/data/valid.tgt.txt" \
+        --json "$OUT/knn/val.$name.json"
+      bleu=$(bleu_of "$OUT/knn/val.$name.json")
+      echo "val: kNN k $k, temperature $t, lambda $lam: sacreBLEU $bleu"
+      if is_better "$bleu" "$best_bleu"; then
+        best="$k $t $lam"; best_bleu=$bleu
+      fi
     done
   done
 done
-read -r k t lam alpha eos <<< "$best"
-echo "selected on val: k $k, temperature $t, lambda $lam, alpha $alpha, eos $eos ($best_bleu)"
+read -r k t lam <<< "$best"
+echo "selected on val: k $k, temperature $t, lambda $lam ($best_bleu)"
 echo "$best" > "$OUT/knn/selected"
 
-transformer-mt translate --model "$MODEL" "${BEAM[@]}" --alpha "$alpha" --knn-eos "$eos" \
-  --datastore "$OUT/knn/datastore" \
+transformer-mt translate --model "$MODEL" "${DECODE[@]}" --datastore "$OUT/knn/datastore" \
   --knn-k "$k" --knn-temperature "$t" --knn-lambda "$lam" \
   --input "$TEST_SRC" --output "$OUT/knn/test.hyp.$TGT"
 transformer-mt evaluate --hyp "$OUT/knn/test.hyp.$TGT" --ref "$TEST_REF" \

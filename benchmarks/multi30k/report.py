@@ -106,16 +106,12 @@ def main(out: Path) -> None:
     }
     knn = out / "knn"
     if (knn / "test.sacrebleu.json").exists():  # knn.sh ran
-        # k, temperature, lambda and (since KNN_ALPHAS and KNN_EOS) alpha and the EOS rule
-        k, temperature, lam, *more = (knn / "selected").read_text().split()
+        k, temperature, lam = (knn / "selected").read_text().split()
         results["knn"] = {
             "datastore_entries": datastore_entries(knn / "datastore"),
             "datastore_seconds": float((knn / "datastore_seconds").read_text()),
             "selected_on_val": {"k": int(k), "temperature": float(temperature),
-                                "lambda": float(lam),
-                                "alpha": float(more[0]) if more
-                                else results["alpha_selected_on_val"],
-                                "eos": more[1] if len(more) > 1 else "mix"},
+                                "lambda": float(lam)},
             "val": {path.name.removeprefix("val.").removesuffix(".json"):
                     json.loads(path.read_text()) for path in sorted(knn.glob("val.*.json"))},
             "test_2016_flickr": {

@@ -51,8 +51,7 @@ def _translate(args: argparse.Namespace) -> int:
                                    ("int8", args.int8), ("kv_bf16", args.kv_bf16),
                                    ("mbr", args.mbr), ("knn_k", args.knn_k),
                                    ("knn_temperature", args.knn_temperature),
-                                   ("knn_lambda", args.knn_lambda), ("knn_probe", args.knn_probe),
-                                   ("knn_eos", args.knn_eos))
+                                   ("knn_lambda", args.knn_lambda), ("knn_probe", args.knn_probe))
                  if v is not None}
     knn_options = [k for k in overrides if k.startswith("knn_")]
     if knn_options and args.datastore is None:
@@ -314,10 +313,6 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--knn-probe", type=int,
                     help="with --datastore: index cells searched per step; the datastore's "
                          "cell count searches all keys, exactly (default: 32)")
-    tr.add_argument("--knn-eos", choices=["mix", "model"],
-                    help="with --datastore: mix the end-of-sentence probability like every token "
-                         "(mix, the default) or keep the model's (model): the neighbours then "
-                         "choose words, not where the sentence ends")
     tr.set_defaults(func=_translate)
 
 

@@ -132,9 +132,6 @@ class DecodeConfig:
     knn_temperature: float = 10.0
     knn_lambda: float = 0.25
     knn_probe: int = 32
-    # "mix": EOS is mixed like every token; "model": p(EOS) stays the model's and the mixture
-    # is rescaled over the other tokens, so the neighbours choose words, not lengths.
-    knn_eos: Literal["mix", "model"] = "mix"
 
     def __post_init__(self):
         _check_positive(self, "beam_size", "n_best", "batch_size", "temperature", "knn_k",
@@ -156,7 +153,7 @@ class DecodeConfig:
             raise ValueError(f"decode.length_penalty must be >= 0, got {self.length_penalty}")
         if self.top_k < 0 or not 0.0 < self.top_p <= 1.0:
             raise ValueError("decode.top_k must be >= 0 and decode.top_p in (0, 1]")
-        _check_choice(self, "strategy", "mbr", "beam_stop", "knn_eos")
+        _check_choice(self, "strategy", "mbr", "beam_stop")
         if self.mbr != "none" and self.strategy != "beam":
             raise ValueError(f"decode.mbr={self.mbr} chooses among a beam's hypotheses: it needs "
                              f"strategy beam, not {self.strategy}")

@@ -8,9 +8,7 @@ their tokens,
 
     p_kNN(y) = sum over neighbours i with v_i = y of softmax_i(-||q - k_i||^2 / T),
 
-and the search uses p(y) = lambda p_kNN(y) + (1 - lambda) p_model(y) (with decode.knn_eos
-"model", ours: p(EOS) stays the model's, the other tokens share the rest of the mass in the
-mixture's proportions, so the neighbours choose words, not lengths). The neighbours come from a
+and the search uses p(y) = lambda p_kNN(y) + (1 - lambda) p_model(y). The neighbours come from a
 faiss inverted-file index (`nlist` k-means cells, `probe` of them searched per query; probe =
 nlist searches every key: exact). A datastore belongs to the model whose states it stores: it
 records the sha256 of that model's weights, and loading it for other weights is an error.
@@ -204,7 +202,6 @@ class KnnModel(nn.Module):
         self.search = {"k": decode.knn_k, "temperature": decode.knn_temperature,
                        "probe": decode.knn_probe}
         self.lam = decode.knn_lambda
-        self.eos_from_model = decode.knn_eos == "model"
 
     def encode(self, src_BS: Tensor) -> Memory:
         return self.model.encode(src_BS)
@@ -223,24 +220,5 @@ class KnnModel(nn.Module):
         B, T, V = logp_BTV.shape
         knn_logp_BTV = self.store.log_probs(states_BTD.reshape(B * T, -1), V,
                                             **self.search).view(B, T, V)
-        mixed_BTV = torch.logaddexp(logp_BTV + math.log1p(-self.lam),
-                                    knn_logp_BTV + math.log(self.lam))
-        if self.eos_from_model:
-            mixed_BTV = keep_eos(mixed_BTV, logp_BTV, self.cfg.eos_id)
-        return mixed_BTV
-
-
-def keep_eos(mixed_BTV: Tensor, model_BTV: Tensor, eos_id: int) -> Tensor:
-    """log p with p(EOS) the model's and the other tokens the mixture's, rescaled to the rest of
-    the mass: p(y) = mixed(y) (1 - model(EOS)) / (1 - mixed(EOS)). mixed(EOS) < 1 since
-    lambda < 1 and the model gives EOS less than all of its mass."""
-    eos = slice(eos_id, eos_id + 1)
-    model_eos_BT1 = model_BTV[..., eos]
-    out_BTV = mixed_BTV + (log1mexp(model_eos_BT1) - log1mexp(mixed_BTV[..., eos]))
-    out_BTV[..., eos] = model_eos_BT1
-    return out_BTV
-
-
-def log1mexp(x: Tensor) -> Tensor:
-    """log(1 - exp(x)) for x <= 0, accurate near 0 and far below it (Maechler, 2012)."""
-    return torch.where(x > -math.log(2), torch.log(-torch.expm1(x)), torch.log1p(-torch.exp(x)))
+        return torch.logaddexp(logp_BTV + math.log1p(-self.lam),
+                               knn_logp_BTV + math.log(self.lam))
