@@ -106,6 +106,27 @@ def test_bad_config_refused_naming_file_and_key(tmp_path):
 
 
 
+
+def test_a_model_saved_with_a_retired_option_loads_only_at_its_kept_value(tmp_path, caplog):
+    # decode.knn_eos was removed on 2026-11-28; models saved before still hold it
+    model = tiny_model()
+    save_model(model, tmp_path)
+    path = tmp_path / CONFIG_FILE
+    config = json.loads(path.read_text())
+    config["decode"]["knn_eos"] = "mix"  # what kNN-MT does now
+    path.write_text(json.dumps(config))
+    loaded, decode = load_model(tmp_path)
+    assert decode == DecodeConfig()
+    assert any("config.json: ignoring the retired config key 'decode.knn_eos'" in r.getMessage()
+               for r in caplog.records)
+    for name, value in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], value)
+    config["decode"]["knn_eos"] = "model"  # a behaviour this version no longer has
+    path.write_text(json.dumps(config))
+    with pytest.raises(ModelLoadError, match=r"config.json: config key 'decode.knn_eos' was "
+                                             r"retired .*holding 'mix'"):
+        load_model(tmp_path)
+
 @pytest.mark.parametrize("header_len", [128, 384, 0x4B50])  # first bytes 0x80 or "PK"
 def test_valid_file_whose_header_length_looks_like_a_pickle_loads(tmp_path, header_len):
     import struct

@@ -334,21 +334,39 @@ META = {"vocab_sha256": "v", "inputs": {"train": {"src_sha256": "s", "tgt_sha256
 def test_a_checkpoint_older_than_an_option_resumes_while_the_option_stays_off():
     # a fingerprint written before train.rdrop_alpha and model.qkv_init_gain existed: their
     # defaults are how its code behaved, so they match; turned on, they are differences
-    from transformer_mt.train import fingerprint, fingerprint_differences, with_later_defaults
+    from transformer_mt.train import brought_up_to_date, fingerprint, fingerprint_differences
 
     old = fingerprint(config(10), META)
     del old["train"]["rdrop_alpha"], old["model"]["qkv_init_gain"]
     assert fingerprint_differences(old, fingerprint(config(10), META)) == [
         "model.qkv_init_gain (checkpoint: None, now: 1.0)",
         "train.rdrop_alpha (checkpoint: None, now: 0.0)"]
-    assert fingerprint_differences(with_later_defaults(old), fingerprint(config(20), META)) == []
+    upgraded = brought_up_to_date(old, "state.json")
+    assert fingerprint_differences(upgraded, fingerprint(config(20), META)) == []
     on = fingerprint(config(10, "train.rdrop_alpha=5", "model.qkv_init_gain=0.7071"), META)
-    assert fingerprint_differences(with_later_defaults(old), on) == [
+    assert fingerprint_differences(upgraded, on) == [
         "model.qkv_init_gain (checkpoint: 1.0, now: 0.7071)",
         "train.rdrop_alpha (checkpoint: 0.0, now: 5.0)"]
     saved_on = fingerprint(config(10, "train.rdrop_alpha=5"), META)
-    assert with_later_defaults(saved_on)["train"]["rdrop_alpha"] == 5.0  # the saved value wins
+    saved_on = brought_up_to_date(saved_on, "state.json")
+    assert saved_on["train"]["rdrop_alpha"] == 5.0  # the saved value wins
 
+
+
+def test_a_checkpoint_with_a_retired_option_resumes_only_at_its_kept_value(monkeypatch):
+    # an option removed after the checkpoint was written: its kept value is what the code does
+    # now, so it is no difference; another value is one (a refusal unless --ignore-mismatch)
+    from transformer_mt import config as config_module
+    from transformer_mt.train import brought_up_to_date, fingerprint, fingerprint_differences
+
+    monkeypatch.setitem(config_module.RETIRED, "train.old_trick", (False, "removed in a test"))
+    now = fingerprint(config(10), META)
+    old = fingerprint(config(10), META)
+    old["train"]["old_trick"] = False
+    assert fingerprint_differences(brought_up_to_date(old, "state.json"), now) == []
+    old["train"]["old_trick"] = True
+    assert fingerprint_differences(brought_up_to_date(old, "state.json"), now) == [
+        "train.old_trick (checkpoint: True, now: None)"]
 
 def test_where_and_how_steps_run_may_change_at_a_resume():
     # device, threads and train.compile change how a step is computed, not what it computes:

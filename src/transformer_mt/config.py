@@ -2,13 +2,15 @@
 
 `load_config(preset_or_yaml, overrides)` reads a preset name (`base`, `big`, `small`, `tiny`) or a
 YAML file, then applies dotted overrides such as ``model.d_model=256``. Unknown keys and values of
-the wrong type are errors that name the key.
+the wrong type are errors that name the key. Options that were removed are listed in `RETIRED`:
+a config saved before the removal (a model's or checkpoint's `config.json`) still loads.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import re
 import types
 import typing
@@ -19,6 +21,16 @@ from typing import Any, Literal
 import yaml
 
 PRESETS_DIR = Path(__file__).parent / "configs"
+
+log = logging.getLogger(__name__)
+
+# Options this code no longer has: dotted key -> (the value that means what the code does now,
+# why it went). A saved config holding that value loads without the key (with a warning); any
+# other value cannot be honoured: an error, as is the key in a config a user writes.
+RETIRED: dict[str, tuple[Any, str]] = {
+    "decode.knn_eos": ("mix", "removed on 2026-11-28: kNN-MT mixes the end-of-sentence "
+                              "probability like every other token's"),
+}
 
 
 class ConfigError(ValueError):
@@ -293,6 +305,10 @@ def config_from_dict(cls, data: dict[str, Any], where: str = ""):
     kwargs = {}
     for key, value in data.items():
         path = f"{where}.{key}" if where else key
+        if path in RETIRED:
+            kept, why = RETIRED[path]
+            raise ConfigError(f"config key '{path}' was retired ({why}); saved configs holding "
+                              f"{kept!r}, its behaviour now, still load")
         if key not in fields:
             raise ConfigError(f"unknown config key '{path}' (known: {', '.join(sorted(fields))})")
         hint = hints[key]
@@ -304,6 +320,21 @@ def config_from_dict(cls, data: dict[str, Any], where: str = ""):
         return cls(**kwargs)
     except ValueError as err:
         raise ConfigError(f"{where or 'config'}: {err}") from None
+
+
+def without_retired(saved: dict[str, Any], source: str, where: str = "") -> dict[str, Any]:
+    """A saved config (nested sections, as `config_to_dict` wrote them; `source` names the file)
+    without the `RETIRED` keys whose value is what the code does now. A retired key with another
+    value stays, for the reader to refuse."""
+    out = {}
+    for key, value in saved.items():
+        path = f"{where}.{key}" if where else key
+        if path in RETIRED and value == RETIRED[path][0]:
+            log.warning("%s: ignoring the retired config key '%s' (%s)", source, path,
+                        RETIRED[path][1])
+            continue
+        out[key] = without_retired(value, source, path) if isinstance(value, dict) else value
+    return out
 
 
 def _coerce(value: Any, hint: Any, path: str) -> Any:

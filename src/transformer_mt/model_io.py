@@ -20,7 +20,14 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from .config import ConfigError, DecodeConfig, ModelConfig, config_from_dict, config_to_dict
+from .config import (
+    ConfigError,
+    DecodeConfig,
+    ModelConfig,
+    config_from_dict,
+    config_to_dict,
+    without_retired,
+)
 from .model import Transformer
 
 WEIGHTS_FILE = "model.safetensors"
@@ -83,6 +90,7 @@ def load_config_json(path: Path) -> tuple[ModelConfig, DecodeConfig]:
     if not isinstance(data, dict) or "model" not in data:
         raise ModelLoadError(f"{path}: expected an object with a 'model' section")
     try:
+        data = without_retired(data, str(path))
         model_cfg = config_from_dict(ModelConfig, data["model"], "model")
         decode_cfg = config_from_dict(DecodeConfig, data.get("decode", {}), "decode")
     except ConfigError as err:

@@ -27,7 +27,7 @@ from .checkpoint import (
     read_state,
     save_checkpoint,
 )
-from .config import Config, ModelConfig, TrainConfig, config_to_dict
+from .config import Config, ModelConfig, TrainConfig, config_to_dict, without_retired
 from .cpu_speed import bf16_pays, cpu_model, probed_gflops, warn_if_bf16_is_slow
 from .data import VOCAB_FILE, ParallelData, load_meta, load_vocab, token_batches
 from .distributed import World, all_sum, gather_rng, init_world, shutdown
@@ -327,10 +327,13 @@ def optimisation_settings(tcfg: TrainConfig) -> dict:
     return {k: v for k, v in config_to_dict(tcfg).items() if k not in RESUMABLE_TRAIN_KEYS}
 
 
-def with_later_defaults(saved: dict) -> dict:
-    """A checkpoint's fingerprint with the model and train settings that this code added since
-    it was written filled in at their defaults: a new option arrives off, as the code that wrote
-    the checkpoint behaved, so a run resumes across the upgrade unless the option is now on."""
+def brought_up_to_date(saved: dict, source: str) -> dict:
+    """A checkpoint's fingerprint as this code would write it. Model and train settings added
+    since are filled in at their defaults: a new option arrives off, as the code that wrote the
+    checkpoint behaved, so a run resumes across the upgrade unless the option is now on. Retired
+    ones (`config.RETIRED`) are dropped where their value is what the code does now (another
+    value stays, a difference)."""
+    saved = without_retired(saved, source)
     defaults = {"model": config_to_dict(ModelConfig()),
                 "train": optimisation_settings(TrainConfig())}
     return saved | {section: values | saved.get(section, {})
@@ -371,8 +374,8 @@ def resume(path: Path, model: Transformer, optimizer: torch.optim.Optimizer,
         raise ResumeMismatch(f"{path} was trained by {saved['world_size']} processes, this run "
                              f"has {world.size}: resume with the same torchrun --nproc-per-node "
                              "and --nnodes")
-    differences = fingerprint_differences(with_later_defaults(saved["fingerprint"]),
-                                          fresh["fingerprint"])
+    differences = fingerprint_differences(
+        brought_up_to_date(saved["fingerprint"], str(path / STATE_FILE)), fresh["fingerprint"])
     if differences and not ignore_mismatch:
         raise ResumeMismatch(
             f"cannot resume {path.parent.parent} from {path.name}: " + "; ".join(differences) +
