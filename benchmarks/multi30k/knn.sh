@@ -8,9 +8,11 @@
 #   KNN_KS="8 16 32", KNN_TEMPERATURES="10", KNN_LAMBDAS="0.2 0.3 0.4": the val grid (defaults)
 #   LC_TOK=1 as for finish.sh
 #   An existing OUT/knn/datastore is reused (translate refuses one built for other weights).
+#   The output goes to the terminal and to OUT/knn.log (report.py copies it).
 set -euo pipefail
 OUT=$1; SRC=$2; TGT=$3
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
+exec > >(tee -a "$OUT/knn.log") 2>&1
 source "$REPO/benchmarks/multi30k/test_files.sh"
 KNN_KS=${KNN_KS:-8 16 32}
 KNN_TEMPERATURES=${KNN_TEMPERATURES:-10}

@@ -1,5 +1,6 @@
 """Collect a finished run of benchmarks/multi30k/run.sh into benchmarks/results/<name>/:
-config, run log, metrics, scores and a results.json with the figures. Never the weights.
+config, run log (and knn.sh's log), metrics, scores and a results.json with the figures. Never
+the weights.
 
     python benchmarks/multi30k/report.py runs/multi30k-en-de
 """
@@ -132,6 +133,8 @@ def main(out: Path) -> None:
     shutil.copyfile(out / f"test.hyp.{tgt}", dest / name)
     if "knn" in results:
         shutil.copyfile(knn / f"test.hyp.{tgt}", dest / name.replace("hyp.", "knn.hyp."))
+        if (out / "knn.log").exists():
+            shutil.copyfile(out / "knn.log", dest / "knn.log")
     print(json.dumps({k: results[k] for k in ("test_2016_flickr", "knn") if k in results},
                      indent=2))
 
