@@ -44,10 +44,10 @@ def test_bf16_is_a_switch_or_auto(value, parsed):
     assert load_config("tiny", [f"train.bf16={value}"]).train.bf16 == parsed
 
 
-
-def test_a_retired_option_in_a_users_config_is_an_error_that_says_so(tmp_path):
+def test_a_retired_option_in_a_users_config_is_an_error_that_says_so():
     with pytest.raises(ConfigError, match=r"config key 'decode.knn_eos' was retired \(removed on"):
         load_config("tiny", ["decode.knn_eos=mix"])
+
 
 def test_exponent_floats_without_a_dot(tmp_path):
     """YAML 1.1 reads 1e-8 as a string; a config means a float (and an int stays an int)."""

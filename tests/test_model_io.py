@@ -105,8 +105,6 @@ def test_bad_config_refused_naming_file_and_key(tmp_path):
         load_model(tmp_path)
 
 
-
-
 def test_a_model_saved_with_a_retired_option_loads_only_at_its_kept_value(tmp_path, caplog):
     # decode.knn_eos was removed on 2026-11-28; models saved before still hold it
     model = tiny_model()
@@ -126,6 +124,7 @@ def test_a_model_saved_with_a_retired_option_loads_only_at_its_kept_value(tmp_pa
     with pytest.raises(ModelLoadError, match=r"config.json: config key 'decode.knn_eos' was "
                                              r"retired .*holding 'mix'"):
         load_model(tmp_path)
+
 
 @pytest.mark.parametrize("header_len", [128, 384, 0x4B50])  # first bytes 0x80 or "PK"
 def test_valid_file_whose_header_length_looks_like_a_pickle_loads(tmp_path, header_len):

@@ -352,7 +352,6 @@ def test_a_checkpoint_older_than_an_option_resumes_while_the_option_stays_off():
     assert saved_on["train"]["rdrop_alpha"] == 5.0  # the saved value wins
 
 
-
 def test_a_checkpoint_with_a_retired_option_resumes_only_at_its_kept_value(monkeypatch):
     # an option removed after the checkpoint was written: its kept value is what the code does
     # now, so it is no difference; another value is one (a refusal unless --ignore-mismatch)
@@ -367,6 +366,7 @@ def test_a_checkpoint_with_a_retired_option_resumes_only_at_its_kept_value(monke
     old["train"]["old_trick"] = True
     assert fingerprint_differences(brought_up_to_date(old, "state.json"), now) == [
         "train.old_trick (checkpoint: True, now: None)"]
+
 
 def test_where_and_how_steps_run_may_change_at_a_resume():
     # device, threads and train.compile change how a step is computed, not what it computes:
