@@ -20,15 +20,16 @@ def seed_row(results_dir: Path) -> dict:
     kNN-MT."""
     results = json.loads((results_dir / "results.json").read_text())
     config = json.loads((results_dir / "config.json").read_text())
-    test = results["test_2016_flickr"]["tokenized_lowercased"]
-    knn = results.get("knn", {}).get("test_2016_flickr", {}).get("tokenized_lowercased")
+    test = results["test_2016_flickr"]
+    knn = results.get("knn", {}).get("test_2016_flickr")
     return {"run": results_dir.name, "cpu": results["machine"]["cpu"],
             "bf16": bf16_training(results["machine"], config["train"]["bf16"]),
             "steps": results["train"]["steps"],
             "tokens_per_s": round(results["train"]["median_tokens_per_s"]),
-            "test_sacrebleu": round(test["bleu"], 2), "test_tok_lc": round(test["tok_bleu"], 2),
-            "knn_test_sacrebleu": round(knn["bleu"], 2) if knn else None,
-            "knn_test_tok_lc": round(knn["tok_bleu"], 2) if knn else None}
+            "test_sacrebleu": round(test["sacrebleu"]["bleu"], 2),
+            "test_tok_lc": round(test["tokenized_lowercased"]["tok_bleu"], 2),
+            "knn_test_sacrebleu": round(knn["sacrebleu"]["bleu"], 2) if knn else None,
+            "knn_test_tok_lc": round(knn["tokenized_lowercased"]["tok_bleu"], 2) if knn else None}
 
 
 def bf16_training(machine: dict, setting) -> bool:
