@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One-command setup: installs transformer-mt with its test tools into the current Python.
+# One-command setup: installs transformer-mt with its test tools (and faiss, for the kNN-MT
+# example's tests) into the current Python.
 # A CPU build of PyTorch is installed first when no torch is present, because an unpinned
 # `torch` requirement makes pip download a multi-GB CUDA build. Override with TORCH_SPEC,
 # e.g. TORCH_SPEC="torch==2.13.0" (the default) or TORCH_SPEC="" to skip.
@@ -12,5 +13,6 @@ if ! "$PYTHON" -c "import torch" 2>/dev/null && [ -n "$TORCH_SPEC" ]; then
   echo "setup: no torch found, installing $TORCH_SPEC"
   "$PYTHON" -m pip install --quiet "$TORCH_SPEC"
 fi
-"$PYTHON" -m pip install --quiet -e ".[dev]"
+# dev: the test tools; knn: faiss for examples/knn_mt, whose tests run with the rest
+"$PYTHON" -m pip install --quiet -e ".[dev,knn]"
 "$PYTHON" -c "import torch, transformer_mt; print(f'setup: transformer-mt {transformer_mt.__version__}, torch {torch.__version__}')"

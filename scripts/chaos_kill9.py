@@ -26,10 +26,15 @@ from pathlib import Path
 
 import torch
 
-from transformer_mt.checkpoint import TMP_PREFIX, checkpoint_dirs, load_checkpoint, step_dirs
 from transformer_mt.config import ModelConfig, config_from_dict
-from transformer_mt.metrics import read_metrics
-from transformer_mt.model import Transformer
+from transformer_mt.model.transformer import Transformer
+from transformer_mt.training.checkpoint import (
+    TMP_PREFIX,
+    checkpoint_dirs,
+    load_checkpoint,
+    step_dirs,
+)
+from transformer_mt.training.metrics import read_metrics
 
 
 def train_command(data: Path, run: Path, steps: int) -> list[str]:

@@ -1,6 +1,7 @@
 """Shared fixtures: tiny seeded models and the real data in ../shared/data."""
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ import torch
 from transformer_mt import ModelConfig, Transformer
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "examples"))  # the research extras: knn_mt, rerank
 SHARED_DATA = Path(os.environ.get("TRANSFORMER_MT_DATA", REPO.parent / "shared" / "data"))
 
 
@@ -81,7 +83,7 @@ def multi30k_corpus(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def prepared_multi30k(multi30k_corpus, tmp_path_factory) -> Path:
     """`multi30k_corpus` prepared with a 500-piece vocabulary (a data directory for train)."""
-    from transformer_mt.cli import main
+    from transformer_mt.cli.main import main
 
     out = tmp_path_factory.mktemp("prepared") / "data"
     corpus = multi30k_corpus

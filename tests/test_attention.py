@@ -4,7 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from transformer_mt.attention import (
+from transformer_mt.model.attention import (
     KVCache,
     MultiHeadAttention,
     attention,

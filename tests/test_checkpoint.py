@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from conftest import random_batch, tiny_model
-from transformer_mt import checkpoint as ck
-from transformer_mt.checkpoint import (
+from transformer_mt.training import checkpoint as ck
+from transformer_mt.training.checkpoint import (
     CheckpointError,
     checkpoint_dirs,
     clean_temporaries,

@@ -5,9 +5,9 @@ import io
 import pytest
 
 from conftest import read_lines
-from transformer_mt import corpora
-from transformer_mt.corpora import locate, split_tatoeba
-from transformer_mt.data import DataError
+from transformer_mt.data import corpora
+from transformer_mt.data.corpora import locate, split_tatoeba
+from transformer_mt.data.text import DataError
 
 
 def test_locate_known_corpora_in_a_local_directory(shared_data):

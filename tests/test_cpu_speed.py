@@ -10,10 +10,11 @@ import torch
 
 from test_resume import config
 from test_translator import make_translator
-from transformer_mt import Translator, cpu_speed
+from transformer_mt import Translator
 from transformer_mt.config import DecodeConfig
-from transformer_mt.metrics import read_metrics
-from transformer_mt.train import train
+from transformer_mt.hardware import cpu_speed
+from transformer_mt.training.loop import train
+from transformer_mt.training.metrics import read_metrics
 
 
 @pytest.fixture(autouse=True)
@@ -33,7 +34,7 @@ def test_the_probe_measures_once_per_process():
                                                  (4.0, False)])
 def test_warns_only_below_the_threshold(monkeypatch, caplog, speedup, warned):
     monkeypatch.setattr(cpu_speed, "bf16_matmul_speedup", lambda: speedup)
-    with caplog.at_level(logging.WARNING, logger="transformer_mt.cpu_speed"):
+    with caplog.at_level(logging.WARNING, logger="transformer_mt.hardware.cpu_speed"):
         cpu_speed.warn_if_bf16_is_slow(torch.device("cpu"), setting="train.bf16",
                                         instead="train in float32")
     messages = [r.getMessage() for r in caplog.records]
@@ -85,7 +86,7 @@ def test_training_and_translation_warn_when_bf16_is_slow(prepared_multi30k, mult
     Translator(make_translator(multi30k_vocab).model, multi30k_vocab, DecodeConfig(bf16=bf16))
     Translator(make_translator(multi30k_vocab).model, multi30k_vocab, DecodeConfig(bf16=bf16))
     messages = [r.getMessage().split(":")[0] for r in caplog.records
-                if r.name == "transformer_mt.cpu_speed"]
+                if r.name == "transformer_mt.hardware.cpu_speed"]
     assert messages == (["train.bf16", "decode.bf16"] if bf16 else [])  # once each
 
 

@@ -6,15 +6,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from transformer_mt.config import DataConfig
-from transformer_mt.data import (
-    DataError,
-    ParallelData,
-    SplitFiles,
-    prepare,
-    read_parallel,
-    split_lines,
-    token_batches,
-)
+from transformer_mt.data.batching import token_batches
+from transformer_mt.data.dataset import ParallelData
+from transformer_mt.data.prepare import SplitFiles, prepare
+from transformer_mt.data.text import DataError, read_parallel, split_lines
 
 EN = ["A man sleeps.", "Two dogs play in the snow.", "A girl reads a book.",
       "People are walking down the street.", "A cat sits on a mat."] * 8
@@ -101,7 +96,7 @@ def test_drops_counted_by_reason_training_only(tmp_path):
 def test_prepared_data_round_trips_to_the_text(tmp_path):
     train = SplitFiles("train", write(tmp_path / "t.en", EN), write(tmp_path / "t.de", DE))
     prepare(train=train, others=[], out_dir=tmp_path / "out", cfg=DataConfig(vocab_size=120))
-    from transformer_mt.data import load_vocab
+    from transformer_mt.data.prepare import load_vocab
 
     vocab, data = load_vocab(tmp_path / "out"), ParallelData(tmp_path / "out", "train")
     for i in (0, 13, 39):
@@ -146,7 +141,7 @@ def test_sentence_over_budget_is_an_error():
 def test_bpe_dropout_resegments_the_same_text_reproducibly(tmp_path):
     train = SplitFiles("train", write(tmp_path / "t.en", EN), write(tmp_path / "t.de", DE))
     prepare(train=train, others=[], out_dir=tmp_path / "out", cfg=DataConfig(vocab_size=120))
-    from transformer_mt.data import load_vocab
+    from transformer_mt.data.prepare import load_vocab
 
     vocab, data = load_vocab(tmp_path / "out"), ParallelData(tmp_path / "out", "train")
     plain = data.resegmented(vocab, dropout=0.0, seed=5)  # no dropout: the prepared pieces
@@ -166,7 +161,7 @@ def test_bpe_dropout_resegments_the_same_text_reproducibly(tmp_path):
 def test_bpe_dropout_refuses_text_that_no_longer_matches(tmp_path):
     train = SplitFiles("train", write(tmp_path / "t.en", EN), write(tmp_path / "t.de", DE))
     prepare(train=train, others=[], out_dir=tmp_path / "out", cfg=DataConfig(vocab_size=120))
-    from transformer_mt.data import load_vocab
+    from transformer_mt.data.prepare import load_vocab
 
     write(tmp_path / "out/train.tgt.txt", DE[:-1])
     with pytest.raises(DataError, match=r"train\.tgt\.txt: 39 lines.* 40 pairs"):

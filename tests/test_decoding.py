@@ -7,8 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import random_batch, tiny_model
-from transformer_mt import DecodeConfig, beam_search, decoding, greedy_search, sample
-from transformer_mt.decoding import filter_logits, length_penalty, topk_in_blocks
+from transformer_mt import DecodeConfig, beam_search, greedy_search, sample
+from transformer_mt.inference import search as decoding
+from transformer_mt.inference.search import filter_logits, length_penalty, topk_in_blocks
 
 PAD, BOS, EOS, A, B = 0, 2, 3, 4, 5
 

@@ -11,9 +11,9 @@ import time
 import pytest
 import torch
 
-from transformer_mt.checkpoint import checkpoint_dirs
-from transformer_mt.metrics import read_metrics
-from transformer_mt.model_io import read_weights
+from transformer_mt.storage.model_dir import read_weights
+from transformer_mt.training.checkpoint import checkpoint_dirs
+from transformer_mt.training.metrics import read_metrics
 
 ARGS = ["--config", "tiny", "--train.max_tokens=800", "--train.warmup_steps=10",
         "--train.log_every=1", "--train.valid_every=1000000", "--train.valid_bleu=false",

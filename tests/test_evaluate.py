@@ -5,9 +5,9 @@ import sys
 import pytest
 
 from conftest import read_lines
-from transformer_mt.cli import main
-from transformer_mt.data import DataError
-from transformer_mt.evaluate import (
+from transformer_mt.cli.main import main
+from transformer_mt.data.text import DataError
+from transformer_mt.evaluation.bleu import (
     TokenizedProtocol,
     evaluate_files,
     moses_tokenize,

@@ -10,10 +10,11 @@ import torch.nn.functional as F
 
 from conftest import random_batch, tiny_model
 from transformer_mt import DecodeConfig, beam_search, greedy_search
-from transformer_mt.checkpoint import checkpoint_dirs
 from transformer_mt.config import load_config
-from transformer_mt.metrics import read_metrics
-from transformer_mt.train import label_smoothed_nll, train
+from transformer_mt.training.checkpoint import checkpoint_dirs
+from transformer_mt.training.loop import train
+from transformer_mt.training.loss import label_smoothed_nll
+from transformer_mt.training.metrics import read_metrics
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]

@@ -1,19 +1,21 @@
 """kNN-MT: the datastore holds the model's teacher-forced states and the tokens that followed,
 the index finds the true nearest keys, the mixture is the one of Khandelwal et al. (2021), and
-decoding with it is the same with and without the incremental cache."""
+decoding with it is the same with and without the incremental cache (examples/knn_mt/)."""
 
 import math
 
 import pytest
 import torch
 
+pytest.importorskip("faiss", reason="kNN-MT needs faiss-cpu: pip install -e '.[knn]'")
 from conftest import random_batch, tiny_model
-from transformer_mt.cli import main
+from knn_mt.cli import main  # noqa: E402  (examples/ is on the path: conftest.py)
+from knn_mt.knn import Datastore, DatastoreError, KnnConfig, KnnModel, decoder_states  # noqa: E402
+from transformer_mt.cli.main import main as core_main
 from transformer_mt.config import DecodeConfig
-from transformer_mt.data import ParallelData
-from transformer_mt.decoding import generate
-from transformer_mt.knn import Datastore, DatastoreError, KnnModel, decoder_states
-from transformer_mt.model_io import save_model
+from transformer_mt.data.dataset import ParallelData
+from transformer_mt.inference.search import generate
+from transformer_mt.storage.model_dir import save_model
 
 
 def random_store(n: int = 3000, d: int = 16, nlist: int = 8, seed: int = 0):
@@ -81,11 +83,11 @@ def test_lambda_zero_is_the_model_and_mixture_is_normalised():
     tgt_BT = random_batch(1, batch=3, length=5)
     tgt_BT[:, 0] = model.cfg.bos_id
     memory = model.encode(src_BS)
-    plain = KnnModel(model, store, DecodeConfig(knn_lambda=0.0)).decode(tgt_BT, memory)
+    plain = KnnModel(model, store, KnnConfig(knn_lambda=0.0)).decode(tgt_BT, memory)
     with torch.inference_mode():
         expected = torch.log_softmax(model.decode(tgt_BT, memory).float(), dim=-1)
     torch.testing.assert_close(plain, expected)
-    mixed = KnnModel(model, store, DecodeConfig(knn_lambda=0.4)).decode(tgt_BT, memory)
+    mixed = KnnModel(model, store, KnnConfig(knn_lambda=0.4)).decode(tgt_BT, memory)
     torch.testing.assert_close(mixed.logsumexp(dim=-1), torch.zeros(3, 5), atol=1e-5, rtol=0)
     assert not torch.allclose(mixed, expected)
 
@@ -93,7 +95,7 @@ def test_lambda_zero_is_the_model_and_mixture_is_normalised():
 def test_incremental_decoding_equals_full_recomputation():
     model = tiny_model()
     _, _, store = random_store(n=2000, d=32)
-    knn = KnnModel(model, store, DecodeConfig(knn_lambda=0.3, knn_probe=8))
+    knn = KnnModel(model, store, KnnConfig(knn_lambda=0.3, knn_probe=8))
     src_BS = random_batch(2, batch=2, length=7)
     tgt_BT = random_batch(3, batch=2, length=6)
     tgt_BT[:, 0] = model.cfg.bos_id
@@ -113,12 +115,12 @@ def test_a_heavy_datastore_recites_the_training_targets(prepared_multi30k):
     data = ParallelData(prepared_multi30k, "train")
     keys_ND, values_N = decoder_states(model, data)
     store = Datastore.build(keys_ND, values_N, model_sha256="", nlist=4)
-    cfg = DecodeConfig(strategy="greedy", knn_lambda=0.99, knn_temperature=0.01, knn_k=4,
-                       knn_probe=4)
+    cfg = DecodeConfig(strategy="greedy")
+    knn = KnnConfig(knn_lambda=0.99, knn_temperature=0.01, knn_k=4, knn_probe=4)
     sources = [data.text("src")[i] for i in range(40)]
     unique = [i for i in range(40) if sources.count(sources[i]) == 1][:8]
     src_BS = data.collate(unique)[0]
-    recited = [h[0].tokens for h in generate(KnnModel(model, store, cfg), src_BS, cfg)]
+    recited = [h[0].tokens for h in generate(KnnModel(model, store, knn), src_BS, cfg)]
     assert recited == [data.ids("tgt", i).tolist() for i in unique]
     alone = [h[0].tokens for h in generate(model, src_BS, cfg)]
     assert alone != recited
@@ -143,7 +145,7 @@ def test_save_load_and_refusals(tmp_path):
 
 def test_knn_lambda_must_leave_the_model_a_share():
     with pytest.raises(ValueError, match="knn_lambda must be in"):
-        DecodeConfig(knn_lambda=1.0)
+        KnnConfig(knn_lambda=1.0)
 
 
 def test_cli_datastore_then_translate(prepared_multi30k, multi30k_corpus, tmp_path, capsys):
@@ -155,13 +157,15 @@ def test_cli_datastore_then_translate(prepared_multi30k, multi30k_corpus, tmp_pa
     entries = int(ParallelData(prepared_multi30k, "train").tgt_lengths.sum())
     assert f"datastore: {entries:,} target positions" in capsys.readouterr().out
     test_en = multi30k_corpus / "test.en"
-    outputs = {}
-    for name, extra in (("plain", []), ("lambda0", ["--datastore", str(store), "--knn-lambda",
-                                                    "0"]),
-                        ("knn", ["--datastore", str(store), "--knn-lambda", "0.6"])):
+    plain = tmp_path / "plain.de"
+    assert core_main(["translate", "--model", str(model_dir), "--input", str(test_en),
+                      "--output", str(plain), "--beam-size", "2"]) == 0
+    outputs = {"plain": plain.read_text(encoding="utf-8").splitlines()}
+    for name, lam in (("lambda0", "0"), ("knn", "0.6")):
         out = tmp_path / f"{name}.de"
         assert main(["translate", "--model", str(model_dir), "--input", str(test_en),
-                     "--output", str(out), "--beam-size", "2", *extra]) == 0
+                     "--output", str(out), "--beam-size", "2", "--datastore", str(store),
+                     "--knn-lambda", lam]) == 0
         outputs[name] = out.read_text(encoding="utf-8").splitlines()
     assert len(outputs["knn"]) == 30
     assert outputs["lambda0"] == outputs["plain"] and outputs["knn"] != outputs["plain"]
@@ -171,6 +175,7 @@ def test_cli_datastore_then_translate(prepared_multi30k, multi30k_corpus, tmp_pa
     assert main(["translate", "--model", str(other), "--input", str(test_en),
                  "--datastore", str(store)]) == 2
     assert "built for the model with weights sha256" in capsys.readouterr().err
-    assert main(["translate", "--model", str(model_dir), "--input", str(test_en),
-                 "--knn-lambda", "0.3"]) == 2
-    assert "--knn-lambda sets kNN-MT, which needs --datastore" in capsys.readouterr().err
+    # the core no longer knows kNN-MT's options, and says where they went
+    assert core_main(["translate", "--model", str(model_dir), "--input", str(test_en),
+                      "--decode.knn_lambda=0.3"]) == 2
+    assert "moved out of the core to examples/knn_mt/" in capsys.readouterr().err

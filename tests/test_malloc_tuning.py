@@ -14,7 +14,7 @@ pytestmark = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc
 
 PROBE = """
 import json, resource, torch
-from transformer_mt.malloc_tuning import tune_malloc
+from transformer_mt.hardware.malloc import tune_malloc
 tuned = tune_malloc()
 hidden, weight = torch.randn(4096, 64), torch.randn(8000, 64)  # bf16 logits: 64 MB
 def step():

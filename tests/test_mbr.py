@@ -5,8 +5,9 @@ import pytest
 import torch
 from sacrebleu.metrics import BLEU
 
+from rerank.mbr import expected_utilities, main, mbr_order  # examples/ (conftest.py)
 from transformer_mt import DecodeConfig, ModelConfig, Transformer, Translator
-from transformer_mt.mbr import expected_utilities, mbr_order
+from transformer_mt.config import ConfigError, load_config
 
 
 def test_expected_utility_of_disjoint_candidates_is_each_ones_own_weight():
@@ -52,30 +53,28 @@ def test_the_choice_does_not_depend_on_the_candidates_order():
         assert texts[perm[shuffled[0]]] == best
 
 
-def test_unknown_utility_and_mbr_without_beam_are_errors():
+def test_unknown_utility_is_an_error_and_the_core_points_to_the_example():
     with pytest.raises(ValueError, match="unknown MBR utility 'ter'"):
         expected_utilities(["a"], [0.0], "ter")
-    with pytest.raises(ValueError, match="mbr='ter' is not one of"):
-        DecodeConfig(mbr="ter")
-    with pytest.raises(ValueError, match="decode.mbr=bleu .* needs strategy beam, not greedy"):
-        DecodeConfig(mbr="bleu", strategy="greedy")
+    with pytest.raises(ConfigError, match="decode.mbr' was retired .*examples/rerank/"):
+        load_config("tiny", ["decode.mbr=bleu"])
 
 
-def test_translator_reranks_the_whole_beam_by_expected_utility(multi30k_vocab):
+def test_mbr_reranks_the_whole_beam_by_expected_utility(multi30k_vocab, tmp_path):
     torch.manual_seed(0)
     cfg = ModelConfig(vocab_size=len(multi30k_vocab), d_model=32, n_heads=4, d_ff=64,
                       n_encoder_layers=2, n_decoder_layers=2, dropout=0.0)
-    translator = Translator(Transformer(cfg), multi30k_vocab)
+    translator = Translator(Transformer(cfg), multi30k_vocab,
+                            DecodeConfig(beam_size=4, n_best=4, max_length_offset=6))
     sentences = ["Two dogs run in the grass.", "A man in a red hat.", "People sit."]
-    translator.decode_cfg = DecodeConfig(beam_size=4, n_best=4, max_length_offset=6)
     beams = translator.translate_nbest(sentences)
-    translator.decode_cfg = DecodeConfig(beam_size=4, n_best=4, max_length_offset=6, mbr="bleu")
-    reranked = translator.translate_nbest(sentences)
-    translator.decode_cfg = DecodeConfig(beam_size=4, max_length_offset=6, mbr="bleu")
-    chosen = translator.translate(sentences)
-    for beam, mbr, first in zip(beams, reranked, chosen, strict=True):
-        assert sorted(mbr, key=lambda t: -t.score) == beam  # the same four, reordered
-        gains = expected_utilities([t.text for t in beam], [t.score for t in beam], "bleu")
-        by_text = dict(zip([t.text for t in beam], gains, strict=True))
-        assert [by_text[t.text] for t in mbr] == sorted(gains, reverse=True)
-        assert first == mbr[0].text
+    nbest = tmp_path / "test.nbest"  # as translate --n-best 4 writes it
+    nbest.write_text("".join(f"{i}\t{t.score:.4f}\t{t.text}\n"
+                             for i, beam in enumerate(beams) for t in beam), encoding="utf-8")
+    assert main(["--nbest", str(nbest), "--utility", "bleu", "--output",
+                 str(tmp_path / "mbr.txt")]) == 0
+    chosen = (tmp_path / "mbr.txt").read_text(encoding="utf-8").splitlines()
+    for beam, first in zip(beams, chosen, strict=True):
+        gains = expected_utilities([t.text for t in beam], [round(t.score, 4) for t in beam],
+                                   "bleu")
+        assert first == beam[max(range(len(beam)), key=lambda i: (gains[i], -i))].text

@@ -8,12 +8,12 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from conftest import random_batch, tiny_config, tiny_model
 from transformer_mt import Transformer, load_config
-from transformer_mt.attention import padding_mask
 from transformer_mt.config import TrainConfig
-from transformer_mt.dropout import Dropout, keep_mask
-from transformer_mt.model import DecoderLayer, EncoderLayer, sinusoidal_positions
-from transformer_mt.model_stats import count_parameters, forward_flops_per_token, model_stats
-from transformer_mt.train import make_optimizer
+from transformer_mt.model.attention import padding_mask
+from transformer_mt.model.dropout import Dropout, keep_mask
+from transformer_mt.model.stats import count_parameters, forward_flops_per_token, model_stats
+from transformer_mt.model.transformer import DecoderLayer, EncoderLayer, sinusoidal_positions
+from transformer_mt.training.step import make_optimizer
 
 
 def copy_attention(ours, ref: nn.MultiheadAttention):

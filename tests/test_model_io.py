@@ -8,7 +8,7 @@ from safetensors.torch import save_file
 
 from conftest import random_batch, tiny_model
 from transformer_mt import DecodeConfig, ModelLoadError, beam_search, load_model, save_model
-from transformer_mt.model_io import CONFIG_FILE, WEIGHTS_FILE, read_weights
+from transformer_mt.storage.model_dir import CONFIG_FILE, WEIGHTS_FILE, read_weights
 
 
 def test_save_load_round_trip_identical_outputs(tmp_path):
@@ -123,6 +123,24 @@ def test_a_model_saved_with_a_retired_option_loads_only_at_its_kept_value(tmp_pa
     path.write_text(json.dumps(config))
     with pytest.raises(ModelLoadError, match=r"config.json: config key 'decode.knn_eos' was "
                                              r"retired .*holding 'mix'"):
+        load_model(tmp_path)
+
+
+def test_a_model_saved_before_knn_and_mbr_left_the_core_still_loads(tmp_path, caplog):
+    # until 2026-12-01 every model directory's decode section held kNN-MT's and MBR's settings
+    save_model(tiny_model(), tmp_path, decode=DecodeConfig(beam_size=5))
+    path = tmp_path / CONFIG_FILE
+    config = json.loads(path.read_text())
+    config["decode"] |= {"knn_k": 8, "knn_temperature": 10.0, "knn_lambda": 0.4,
+                         "knn_probe": 32, "mbr": "none"}
+    path.write_text(json.dumps(config))
+    _, decode = load_model(tmp_path)
+    assert decode == DecodeConfig(beam_size=5)
+    ignored = [r.getMessage() for r in caplog.records if "ignoring the retired" in r.getMessage()]
+    assert len(ignored) == 5 and any("examples/knn_mt/" in m for m in ignored)
+    config["decode"]["mbr"] = "bleu"  # reranking by MBR is the example's now, not the model's
+    path.write_text(json.dumps(config))
+    with pytest.raises(ModelLoadError, match=r"'decode.mbr' was retired .*examples/rerank/"):
         load_model(tmp_path)
 
 

@@ -5,15 +5,15 @@ train.max_nonfinite in a row stop the run with a valid checkpoint of the last fi
 import pytest
 import torch
 
-from transformer_mt import checkpoint as ck
-from transformer_mt import train as train_module
-from transformer_mt.checkpoint import checkpoint_dirs, manifest_problem
-from transformer_mt.cli import main
+from transformer_mt.cli.main import main
 from transformer_mt.config import load_config
-from transformer_mt.metrics import read_metrics
-from transformer_mt.model import Transformer
-from transformer_mt.model_io import read_weights
-from transformer_mt.train import TrainingDiverged, train
+from transformer_mt.model.transformer import Transformer
+from transformer_mt.storage.model_dir import read_weights
+from transformer_mt.training import checkpoint as ck
+from transformer_mt.training import loop as train_module
+from transformer_mt.training.checkpoint import checkpoint_dirs, manifest_problem
+from transformer_mt.training.loop import TrainingDiverged, train
+from transformer_mt.training.metrics import read_metrics
 
 OVERRIDES = ["train.max_tokens=800", "train.warmup_steps=20", "train.log_every=1",
              "train.valid_every=1000000", "train.valid_bleu=false", "train.save_every=1",

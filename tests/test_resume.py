@@ -9,21 +9,17 @@ import pytest
 import torch
 
 from conftest import REPO
-from transformer_mt import checkpoint as ck
-from transformer_mt.checkpoint import checkpoint_dirs, load_checkpoint, save_checkpoint
 from transformer_mt.config import load_config
-from transformer_mt.data import ParallelData, token_batches
-from transformer_mt.model import Transformer
-from transformer_mt.model_io import ModelLoadError
-from transformer_mt.train import (
-    STATE_KEYS,
-    ResumeError,
-    learning_rate,
-    plan_cooldown,
-    resume,
-    train,
-)
-from transformer_mt.translator import Translator
+from transformer_mt.data.batching import token_batches
+from transformer_mt.data.dataset import ParallelData
+from transformer_mt.inference.translator import Translator
+from transformer_mt.model.transformer import Transformer
+from transformer_mt.storage.model_dir import ModelLoadError
+from transformer_mt.training import checkpoint as ck
+from transformer_mt.training.checkpoint import checkpoint_dirs, load_checkpoint, save_checkpoint
+from transformer_mt.training.loop import train
+from transformer_mt.training.resume import STATE_KEYS, ResumeError, resume
+from transformer_mt.training.schedule import learning_rate, plan_cooldown
 
 OVERRIDES = ["train.max_tokens=800", "train.warmup_steps=20", "train.log_every=1",
              "train.valid_every=1000000", "train.valid_bleu=false", "train.save_every=5",
@@ -223,7 +219,7 @@ def test_a_timed_cooldown_ends_the_run_on_its_last_step_and_resumes_exactly(
     # linearly over the steps that the pace so far fits in, re-planned at every checkpoint step
     # (5) from the pace since then, and the run ends on the last one
     timed = ("train.max_minutes=1", "train.lr_cooldown_minutes=0.5")
-    monkeypatch.setattr("transformer_mt.train.time", FakeClock(0.25))
+    monkeypatch.setattr("transformer_mt.training.loop.time", FakeClock(0.25))
     cfg = config(100_000, *timed)
     state = train(cfg, data_dir=prepared_multi30k, run_dir=tmp_path / "run")
     first, last = state["cooldown"]
@@ -251,7 +247,7 @@ def test_a_timed_cooldown_ends_the_run_on_its_last_step_and_resumes_exactly(
     # before a re-plan, the time left would differ by the restart's clock readings, and the end
     # with it: a run on a time budget ends where its clock says.)
     assert planned_at < replanned_at < last - 1
-    monkeypatch.setattr("transformer_mt.train.time", FakeClock(0.25))
+    monkeypatch.setattr("transformer_mt.training.loop.time", FakeClock(0.25))
     stopped = train(config(replanned_at + 1, *timed), data_dir=prepared_multi30k,
                     run_dir=tmp_path / "again")
     assert stopped["step"] == replanned_at + 1
@@ -259,7 +255,7 @@ def test_a_timed_cooldown_ends_the_run_on_its_last_step_and_resumes_exactly(
                for r in caplog.records if r.levelname == "WARNING")  # not "ran slower"
     assert stopped["cooldown"] == [first, last]
     assert stopped["cooldown_since"] == [planned_at, seconds_then]
-    monkeypatch.setattr("transformer_mt.train.time", FakeClock(0.25))
+    monkeypatch.setattr("transformer_mt.training.loop.time", FakeClock(0.25))
     resumed = train(cfg, data_dir=prepared_multi30k, run_dir=tmp_path / "again")
     assert resumed["step"] == last
     assert weights_sha256(tmp_path / "again") == weights_sha256(tmp_path / "run")
@@ -289,7 +285,7 @@ def test_a_max_epochs_stop_on_a_save_step_writes_its_checkpoint_once(
     # the epoch's last step is validated before it is saved, so it is saved once: a second save
     # of the same step would replace a complete checkpoint, not atomically; a resume of the
     # finished run neither trains, validates nor saves
-    import transformer_mt.train as train_module
+    import transformer_mt.training.loop as train_module
 
     epoch = train(config(0, "train.max_epochs=1"), data_dir=prepared_multi30k,
                   run_dir=tmp_path / "probe")["step"]
@@ -334,7 +330,11 @@ META = {"vocab_sha256": "v", "inputs": {"train": {"src_sha256": "s", "tgt_sha256
 def test_a_checkpoint_older_than_an_option_resumes_while_the_option_stays_off():
     # a fingerprint written before train.rdrop_alpha and model.qkv_init_gain existed: their
     # defaults are how its code behaved, so they match; turned on, they are differences
-    from transformer_mt.train import brought_up_to_date, fingerprint, fingerprint_differences
+    from transformer_mt.training.resume import (
+        brought_up_to_date,
+        fingerprint,
+        fingerprint_differences,
+    )
 
     old = fingerprint(config(10), META)
     del old["train"]["rdrop_alpha"], old["model"]["qkv_init_gain"]
@@ -356,7 +356,11 @@ def test_a_checkpoint_with_a_retired_option_resumes_only_at_its_kept_value(monke
     # an option removed after the checkpoint was written: its kept value is what the code does
     # now, so it is no difference; another value is one (a refusal unless --ignore-mismatch)
     from transformer_mt import config as config_module
-    from transformer_mt.train import brought_up_to_date, fingerprint, fingerprint_differences
+    from transformer_mt.training.resume import (
+        brought_up_to_date,
+        fingerprint,
+        fingerprint_differences,
+    )
 
     monkeypatch.setitem(config_module.RETIRED, "train.old_trick", (False, "removed in a test"))
     now = fingerprint(config(10), META)
@@ -371,7 +375,7 @@ def test_a_checkpoint_with_a_retired_option_resumes_only_at_its_kept_value(monke
 def test_where_and_how_steps_run_may_change_at_a_resume():
     # device, threads and train.compile change how a step is computed, not what it computes:
     # a run may resume on another device, or compiled
-    from transformer_mt.train import fingerprint, fingerprint_differences
+    from transformer_mt.training.resume import fingerprint, fingerprint_differences
 
     moved = config(10, "train.compile=true", "train.device=cuda", "train.threads=1")
     assert fingerprint_differences(fingerprint(config(10), META), fingerprint(moved, META)) == []

@@ -18,19 +18,19 @@ import torch
 from safetensors.torch import save_file
 
 from conftest import REPO, tiny_model
-from transformer_mt import checkpoint as ck
-from transformer_mt.checkpoint import average_checkpoints, checkpoint_dirs
-from transformer_mt.cli import main
+from transformer_mt.cli.main import main
 from transformer_mt.config import load_config
-from transformer_mt.model_io import (
+from transformer_mt.inference.translator import Translator
+from transformer_mt.storage.model_dir import (
     ModelLoadError,
     load_model,
     read_foreign_weights,
     save_model,
     unique_state_dict,
 )
-from transformer_mt.train import train
-from transformer_mt.translator import Translator
+from transformer_mt.training import checkpoint as ck
+from transformer_mt.training.checkpoint import average_checkpoints, checkpoint_dirs
+from transformer_mt.training.loop import train
 
 DANGEROUS = ("os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "subprocess.",
              "pickle.find_class", "os.startfile")
@@ -220,4 +220,4 @@ def test_no_pickle_in_the_package_source():
     assert offending == []
     loads = [p.name for p in (REPO / "src" / "transformer_mt").rglob("*.py")
              if "torch.load(" in p.read_text()]
-    assert loads == ["model_io.py"]
+    assert loads == ["model_dir.py"]

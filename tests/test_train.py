@@ -7,15 +7,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from transformer_mt.config import TrainConfig
-from transformer_mt.train import (
+from transformer_mt.training.loss import label_smoothed_nll
+from transformer_mt.training.schedule import (
     cooldown_steps,
-    label_smoothed_nll,
     learning_rate,
-    make_optimizer,
     noam_lr,
     plan_cooldown,
     replan_cooldown,
 )
+from transformer_mt.training.step import make_optimizer
 
 
 def test_noam_schedule_values():
@@ -192,7 +192,7 @@ def test_training_step_gradients_equal_the_unfused_model_and_loss():
     # forward_backward (states, then the fused pre-softmax linear and loss) against the model's
     # logits and F.cross_entropy through autograd: every parameter's gradient, tied weights too
     from conftest import random_batch, tiny_model
-    from transformer_mt.train import forward_backward
+    from transformer_mt.training.step import forward_backward
 
     src = random_batch(0, 3, 6, lengths=[6, 4, 5])
     tgt_out = random_batch(1, 3, 7, lengths=[7, 3, 5])
@@ -265,7 +265,7 @@ def test_rdrop_training_step_runs_each_batch_twice_under_independent_dropout():
     # same dropout draws: the gradients of every parameter and the per-pass loss agree, and
     # without dropout the KL term vanishes, leaving the plain step's gradients
     from conftest import random_batch, tiny_model
-    from transformer_mt.train import forward_backward
+    from transformer_mt.training.step import forward_backward
 
     src = random_batch(0, 3, 6, lengths=[6, 4, 5])
     tgt_out = random_batch(1, 3, 7, lengths=[7, 3, 5])
@@ -312,7 +312,7 @@ def test_label_smoothing_minimum_is_the_smoothed_distribution():
 
 def test_gradient_accumulation_equals_one_large_batch():
     from conftest import random_batch, tiny_model
-    from transformer_mt.train import forward_backward
+    from transformer_mt.training.step import forward_backward
 
     def batch(seed, lengths):
         src = random_batch(seed, len(lengths), max(lengths), lengths=lengths)
@@ -372,7 +372,7 @@ def test_compiled_training_step_equals_eager_across_batch_shapes_without_recompi
     from torch._dynamo.utils import counters
 
     from conftest import random_batch, tiny_model
-    from transformer_mt.train import compiled, forward_backward
+    from transformer_mt.training.step import compiled, forward_backward
 
     torch._dynamo.reset()
     counters.clear()

@@ -9,7 +9,7 @@ from transformer_mt import (
     Translator,
     save_model,
 )
-from transformer_mt.translator import Int8Linear
+from transformer_mt.inference.quantize import Int8Linear
 
 
 def make_translator(vocab):

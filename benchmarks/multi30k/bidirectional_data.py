@@ -14,7 +14,9 @@ import json
 import shutil
 from pathlib import Path
 
-from transformer_mt.data import ParallelData, load_meta, sha256_file, write_side
+from transformer_mt.data.dataset import ParallelData
+from transformer_mt.data.prepare import load_meta, write_side
+from transformer_mt.storage.files import sha256_file
 
 
 def main() -> None:

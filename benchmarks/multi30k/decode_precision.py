@@ -18,9 +18,9 @@ from pathlib import Path
 
 import torch
 
-from transformer_mt.checkpoint import resolve_model_dir
-from transformer_mt.evaluate import read_text, sacrebleu_scores, tokenized_bleu
-from transformer_mt.translator import Translator
+from transformer_mt.evaluation.bleu import read_text, sacrebleu_scores, tokenized_bleu
+from transformer_mt.inference.translator import Translator
+from transformer_mt.training.checkpoint import resolve_model_dir
 
 MODES = {"fp32": {}, "bf16_autocast": {"bf16": True}, "int8_dynamic": {"int8": True},
          "fp32_kv_bf16": {"kv_bf16": True}, "int8_kv_bf16": {"int8": True, "kv_bf16": True}}

@@ -6,7 +6,8 @@
 #   AVERAGE="5 10": average the last 5 and the last 10 checkpoints (default "5")
 #   ALPHAS="0.6 1.0": length penalties to try on val (default "0.6", the paper's)
 #   BEAMS="4 8": beam sizes to try on val (default "4", the paper's)
-#   MBRS="none bleu": translate --mbr choices to try on val (default "none": the beam's best)
+#   MBRS="none bleu": rerankings to try on val (default "none": the beam's best; bleu or chrf:
+#     examples/rerank/mbr.py over the beam's n-best list)
 #   BASELINE=FILE: another system's test translations; the tokenized scoring of test adds paired
 #     bootstrap resampling against them (evaluate --baseline), e.g. an earlier run's
 #     benchmarks/results/*/test_2016_flickr.hyp.de
@@ -24,6 +25,17 @@ ALPHAS=${ALPHAS:-0.6}
 BEAMS=${BEAMS:-4}
 MBRS=${MBRS:-none}
 PAIRED=()
+
+# translate MODEL ALPHA BEAM MBR INPUT OUTPUT: the beam's best, or MBR's choice among the beam
+translate() {
+  if [ "$4" = none ]; then
+    transformer-mt translate --model "$1" --alpha "$2" --beam-size "$3" --input "$5" --output "$6"
+  else
+    transformer-mt translate --model "$1" --alpha "$2" --beam-size "$3" --n-best "$3" \
+      --input "$5" --output "$6.nbest"
+    python "$REPO/examples/rerank/mbr.py" --nbest "$6.nbest" --utility "$4" --output "$6"
+  fi
+}
 [ -z "${BASELINE:-}" ] || [ -n "${LC_TOK:-}" ] || PAIRED=(--baseline "$BASELINE")
 
 models=""
@@ -40,8 +52,8 @@ for model in $models run; do
         name=$model.alpha$alpha
         [ "$beam" = 4 ] || name=$name.beam$beam  # the paper's beam keeps the earlier runs' names
         [ "$mbr" = none ] || name=$name.mbr-$mbr
-        transformer-mt translate --model "$OUT/$model" --alpha "$alpha" --beam-size "$beam" \
-          --mbr "$mbr" --input "$OUT/data/valid.src.txt" --output "$OUT/val.$name.$TGT"
+        translate "$OUT/$model" "$alpha" "$beam" "$mbr" "$OUT/data/valid.src.txt" \
+          "$OUT/val.$name.$TGT"
         transformer-mt evaluate --hyp "$OUT/val.$name.$TGT" --ref "$OUT/data/valid.tgt.txt" \
           --json "$OUT/val.$name.json"
         bleu=$(bleu_of "$OUT/val.$name.json")
@@ -59,8 +71,7 @@ echo "$best_alpha" > "$OUT/alpha"
 echo "$best_beam" > "$OUT/beam"
 echo "$best_mbr" > "$OUT/mbr"
 
-transformer-mt translate --model "$OUT/$best" --alpha "$best_alpha" --beam-size "$best_beam" \
-  --mbr "$best_mbr" --input "$TEST_SRC" --output "$OUT/test.hyp.$TGT"
+translate "$OUT/$best" "$best_alpha" "$best_beam" "$best_mbr" "$TEST_SRC" "$OUT/test.hyp.$TGT"
 transformer-mt evaluate --hyp "$OUT/test.hyp.$TGT" --ref "$TEST_REF" --json "$OUT/test.sacrebleu.json"
 if [ -f "$TOKREF" ]; then
   transformer-mt evaluate --hyp "$OUT/test.hyp.$TGT" --ref "$TEST_REF" --lang "$TGT" \

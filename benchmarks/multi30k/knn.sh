@@ -23,7 +23,7 @@ mkdir -p "$OUT/knn"
 
 if [ ! -d "$OUT/knn/datastore" ]; then
   SECONDS=0
-  transformer-mt datastore --model "$MODEL" --data "$OUT/data" --out "$OUT/knn/datastore"
+  python "$REPO/examples/knn_mt/cli.py" datastore --model "$MODEL" --data "$OUT/data" --out "$OUT/knn/datastore"
   echo "$SECONDS" > "$OUT/knn/datastore_seconds"
 fi
 
@@ -32,7 +32,7 @@ for k in $KNN_KS; do
   for t in $KNN_TEMPERATURES; do
     for lam in $KNN_LAMBDAS; do
       name=k$k.t$t.l$lam
-      transformer-mt translate --model "$MODEL" "${DECODE[@]}" --datastore "$OUT/knn/datastore" \
+      python "$REPO/examples/knn_mt/cli.py" translate --model "$MODEL" "${DECODE[@]}" --datastore "$OUT/knn/datastore" \
         --knn-k "$k" --knn-temperature "$t" --knn-lambda "$lam" \
         --input "$OUT/data/valid.src.txt" --output "$OUT/knn/val.$name.$TGT"
       transformer-mt evaluate --hyp "$OUT/knn/val.$name.$TGT" --ref "$OUT/data/valid.tgt.txt" \
@@ -49,7 +49,7 @@ read -r k t lam <<< "$best"
 echo "selected on val: k $k, temperature $t, lambda $lam ($best_bleu)"
 echo "$best" > "$OUT/knn/selected"
 
-transformer-mt translate --model "$MODEL" "${DECODE[@]}" --datastore "$OUT/knn/datastore" \
+python "$REPO/examples/knn_mt/cli.py" translate --model "$MODEL" "${DECODE[@]}" --datastore "$OUT/knn/datastore" \
   --knn-k "$k" --knn-temperature "$t" --knn-lambda "$lam" \
   --input "$TEST_SRC" --output "$OUT/knn/test.hyp.$TGT"
 transformer-mt evaluate --hyp "$OUT/knn/test.hyp.$TGT" --ref "$TEST_REF" \

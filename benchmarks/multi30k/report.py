@@ -40,7 +40,7 @@ def datastore_entries(store: Path) -> int:
     hundreds of MB, stays unread)."""
     from safetensors import safe_open
 
-    from transformer_mt.knn import VALUES_FILE
+    VALUES_FILE = "values.safetensors"  # examples/knn_mt/knn.py writes it
 
     with safe_open(str(store / VALUES_FILE), framework="pt") as f:
         return f.get_slice("values").get_shape()[0]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import sacrebleu
 
-from transformer_mt.evaluate import (
+from transformer_mt.evaluation.bleu import (
     Comparison,
     TokenizedProtocol,
     evaluate_files,

@@ -15,8 +15,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from transformer_mt.attention import padding_mask, written_out, written_out_attention
-from transformer_mt.malloc_tuning import tune_malloc
+from transformer_mt.hardware.malloc import tune_malloc
+from transformer_mt.model.attention import padding_mask, written_out, written_out_attention
 
 
 def microseconds(fn, repeats: int) -> float:

@@ -23,8 +23,10 @@ from decode_speed import decode_parser
 from engines import build, decoding_batches, decoding_config, emit
 from torch import nn
 
-from transformer_mt import attention, decoding, translator
-from transformer_mt.model import Transformer
+from transformer_mt.inference import quantize
+from transformer_mt.inference import search as decoding
+from transformer_mt.model import attention
+from transformer_mt.model.transformer import Transformer
 
 seconds: collections.Counter[str] = collections.Counter()
 calls: collections.Counter[str] = collections.Counter()
@@ -60,7 +62,7 @@ def timed(name, fn, *, by_shape: bool = False):
 
 def instrument(dtype: str) -> None:
     """Wrap the leaves of a decoding step (for the rest of this process)."""
-    linear = translator.Int8Linear if dtype.startswith("int8") else nn.Linear
+    linear = quantize.Int8Linear if dtype.startswith("int8") else nn.Linear
     linear.forward = timed("linear layers", linear.forward, by_shape=True)
     Transformer.pre_softmax = timed("pre-softmax linear", Transformer.pre_softmax)
     attention.attention = timed("attention, eq. (1)", attention.attention)

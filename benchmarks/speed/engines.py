@@ -24,15 +24,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from transformer_mt.attention import attention_kernels
 from transformer_mt.config import DecodeConfig, ModelConfig, TrainConfig, load_config
-from transformer_mt.cpu_speed import cpu_model
-from transformer_mt.data import ParallelData
-from transformer_mt.decoding import generate
-from transformer_mt.malloc_tuning import tune_malloc
-from transformer_mt.model import Transformer, sinusoidal_positions
-from transformer_mt.train import compiled, forward_backward, make_optimizer, precision
-from transformer_mt.translator import quantize_int8
+from transformer_mt.data.dataset import ParallelData
+from transformer_mt.hardware.cpu_speed import cpu_model
+from transformer_mt.hardware.malloc import tune_malloc
+from transformer_mt.inference.quantize import quantize_int8
+from transformer_mt.inference.search import generate
+from transformer_mt.model.attention import attention_kernels
+from transformer_mt.model.transformer import Transformer, sinusoidal_positions
+from transformer_mt.training.precision import precision
+from transformer_mt.training.step import compiled, forward_backward, make_optimizer
 
 
 def adam(model: nn.Module) -> torch.optim.Adam:

@@ -23,7 +23,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from train_speed import SHAPES, step_parser
 
 from transformer_mt.config import load_config
-from transformer_mt.data import ParallelData, token_batches
+from transformer_mt.data.batching import token_batches
+from transformer_mt.data.dataset import ParallelData
 
 aten = torch.ops.aten
 PRODUCTS = {aten.mm.default: "mm", aten.addmm.default: "addmm", aten.addmm_.default: "addmm_",

@@ -20,10 +20,13 @@ from torch.profiler import ProfilerActivity, profile
 
 import transformer_mt
 from transformer_mt.config import load_config
-from transformer_mt.data import ParallelData, load_vocab, token_batches
-from transformer_mt.malloc_tuning import tune_malloc
-from transformer_mt.model import Transformer
-from transformer_mt.train import apply_update, forward_backward, make_optimizer, precision
+from transformer_mt.data.batching import token_batches
+from transformer_mt.data.dataset import ParallelData
+from transformer_mt.data.prepare import load_vocab
+from transformer_mt.hardware.malloc import tune_malloc
+from transformer_mt.model.transformer import Transformer
+from transformer_mt.training.precision import precision
+from transformer_mt.training.step import apply_update, forward_backward, make_optimizer
 
 CONFIG = Path(__file__).resolve().parents[1] / "multi30k" / "multi30k-tiny-prenorm.yaml"
 

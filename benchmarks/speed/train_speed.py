@@ -23,7 +23,8 @@ from engines import build, device_name, emit, sync
 from torch.utils.flop_counter import FlopCounterMode
 
 from transformer_mt.config import ModelConfig, load_config
-from transformer_mt.data import ParallelData, token_batches
+from transformer_mt.data.batching import token_batches
+from transformer_mt.data.dataset import ParallelData
 
 SHAPES = {"small": "small", "base": "base"}
 
@@ -47,7 +48,7 @@ def matmul_peak(dtype: torch.dtype, device: torch.device) -> float:
 
 def step_flops(cfg: ModelConfig, batch_shapes: list[tuple[int, int, int]]) -> list[int]:
     """Matmul FLOPs of one training step (forward + backward) per batch (B, S, T)."""
-    from transformer_mt.model import Transformer
+    from transformer_mt.model.transformer import Transformer
 
     with torch.device("meta"):
         model = Transformer(cfg).train()

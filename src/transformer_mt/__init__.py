@@ -1,12 +1,12 @@
 """transformer-mt: the Transformer of "Attention Is All You Need" (Vaswani et al., 2017)."""
 
 from .config import Config, DecodeConfig, ModelConfig, load_config
-from .decoding import Hypothesis, beam_search, generate, greedy_search, sample
-from .ensemble import Ensemble
-from .model import Memory, Transformer
-from .model_io import ModelLoadError, load_model, save_model
-from .translator import Translation, Translator
-from .vocab import Vocabulary, train_vocabulary
+from .data.vocab import Vocabulary, train_vocabulary
+from .inference.ensemble import Ensemble
+from .inference.search import Hypothesis, beam_search, generate, greedy_search, sample
+from .inference.translator import Translation, Translator
+from .model.transformer import Memory, Transformer
+from .storage.model_dir import ModelLoadError, load_model, save_model
 
 __version__ = "0.1.0"
 

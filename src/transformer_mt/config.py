@@ -25,12 +25,28 @@ PRESETS_DIR = Path(__file__).parent / "configs"
 log = logging.getLogger(__name__)
 
 # Options this code no longer has: dotted key -> (the value that means what the code does now,
-# why it went). A saved config holding that value loads without the key (with a warning); any
-# other value cannot be honoured: an error, as is the key in a config a user writes.
+# or ANY where no value changes what the core does, and why it went). A saved config holding
+# that value loads without the key (with a warning); any other value cannot be honoured: an
+# error, as is the key in a config a user writes.
+ANY = "any value"
+_KNN_MOVED = "moved out of the core to examples/knn_mt/ (its cli.py translate takes --knn-* options)"
 RETIRED: dict[str, tuple[Any, str]] = {
     "decode.knn_eos": ("mix", "removed on 2026-11-28: kNN-MT mixes the end-of-sentence "
                               "probability like every other token's"),
+    "decode.knn_k": (ANY, _KNN_MOVED),
+    "decode.knn_temperature": (ANY, _KNN_MOVED),
+    "decode.knn_lambda": (ANY, _KNN_MOVED),
+    "decode.knn_probe": (ANY, _KNN_MOVED),
+    "decode.mbr": ("none", "moved out of the core to examples/rerank/ (mbr.py reranks a "
+                           "translate --n-best list)"),
 }
+
+
+def option(default: Any, help: str, *, flag: str | None = None) -> Any:
+    """A config field that is also a command-line option: its default, one line of help, and
+    the flag when it is not `--field-name`. Declared once, here; cli/options.py makes the
+    flag."""
+    return field(default=default, metadata={"help": help, "flag": flag})
 
 
 class ConfigError(ValueError):
@@ -111,45 +127,42 @@ class ModelConfig:
 class DecodeConfig:
     """Inference (§6.1): beam 4, length penalty alpha 0.6, output up to input length + 50."""
 
-    strategy: Literal["beam", "greedy", "sample"] = "beam"
-    beam_size: int = 4
-    length_penalty: float = 0.6  # alpha of GNMT's lp(Y) = ((5 + |Y|) / 6)^alpha; 0 turns it off
-    # When a sentence's beam search ends: "n_finished" once beam_size hypotheses have ended (as
-    # fairseq, and Hugging Face's early_stopping=True); "bound" (tensor2tensor, the paper's
-    # code) only when no live hypothesis, however long, can outscore the beam_size-th best
-    # finished one: its log-probability over lp(maximum length) is that bound.
-    beam_stop: Literal["n_finished", "bound"] = "n_finished"
-    max_length_offset: int = 50  # an output has at most (source length + offset) tokens
-    # Not in the paper (benchmarks force equal work with min = max): lengths count EOS; 0 = off.
-    min_length: int = 0  # EOS is not allowed before this many tokens
-    max_length: int = 0  # a cap on top of source length + offset
-    n_best: int = 1  # hypotheses returned per sentence (<= beam_size)
-    batch_size: int = 64  # sentences per decoding batch (the translator sorts them by length)
-    temperature: float = 1.0  # sampling only
-    top_k: int = 0  # sampling only; 0: no limit
-    top_p: float = 1.0  # sampling only; nucleus mass kept
-    seed: int = 0  # sampling only
-    bf16: bool = False  # bfloat16 autocast while decoding; not in the paper
-    int8: bool = False  # CPU only: int8 weights, activations quantised per batch; not in paper
-    # Not in the paper: attention keys and values (cached) and their products in bfloat16 while
-    # the rest stays in fp32 / int8: half the bytes for beam search to move each step.
-    kv_bf16: bool = False
-    # Not in the paper: pick among the beam's beam_size finished hypotheses the one with the
-    # highest expected sentence BLEU or chrF against the others (minimum Bayes risk, mbr.py).
-    mbr: Literal["none", "bleu", "chrf"] = "none"
-    # Not in the paper: kNN-MT (knn.py), used only with a datastore (translate --datastore): the
-    # knn_k nearest stored decoder states vote with softmax(-distance / temperature), mixed in
-    # with weight knn_lambda; knn_probe of the index's cells are searched.
-    knn_k: int = 16
-    knn_temperature: float = 10.0
-    knn_lambda: float = 0.25
-    knn_probe: int = 32
+    # Each field is a command-line option of `translate` (cli/options.py); `flag` keeps a name
+    # shorter than the field's.
+    strategy: Literal["beam", "greedy", "sample"] = option("beam", "search strategy")
+    beam_size: int = option(4, "beam size (§6.1: 4)")
+    length_penalty: float = option(
+        0.6, "length penalty alpha of GNMT's lp(Y) = ((5 + |Y|) / 6)^alpha (§6.1: 0.6); 0: off",
+        flag="--alpha")
+    beam_stop: Literal["n_finished", "bound"] = option(
+        "n_finished", "when a sentence's beam search ends: once beam_size hypotheses have "
+        "finished (n_finished, as fairseq and Hugging Face's early_stopping=True), or only when "
+        "no live hypothesis can still outscore them under the length penalty (bound, as "
+        "tensor2tensor, the paper's code: longer outputs can win; slower)")
+    max_length_offset: int = option(
+        50, "an output has at most (source length + this) tokens, EOS included (§6.1: 50)")
+    min_length: int = option(0, "not in the paper: no EOS before this many tokens; 0: off")
+    max_length: int = option(0, "not in the paper: a cap on top of source length + offset; "
+                                "0: off")
+    n_best: int = option(1, "hypotheses returned per sentence (<= beam size); translate prints "
+                            "them as 'index<TAB>score<TAB>text'")
+    batch_size: int = option(64, "sentences per decoding batch (sorted by length)")
+    temperature: float = option(1.0, "sampling only: softmax temperature")
+    top_k: int = option(0, "sampling only: keep the k most likely tokens; 0: no limit")
+    top_p: float = option(1.0, "sampling only: nucleus probability mass kept")
+    seed: int = option(0, "sampling only: random seed")
+    bf16: bool = option(False, "not in the paper: bfloat16 autocast while decoding (faster on "
+                               "CPUs with bf16 units; docs/performance.md)")
+    int8: bool = option(
+        False, "not in the paper, CPU only: int8 linear layers with dynamically quantised "
+        "activations (faster beam search). One quantisation range per batch: a sentence's "
+        "translation may change with the sentences batched with it")
+    kv_bf16: bool = option(
+        False, "not in the paper: keep attention keys and values in bfloat16 (with int8 or in "
+        "fp32): beam search moves half the bytes")
 
     def __post_init__(self):
-        _check_positive(self, "beam_size", "n_best", "batch_size", "temperature", "knn_k",
-                        "knn_temperature", "knn_probe")
-        if not 0.0 <= self.knn_lambda < 1.0:
-            raise ValueError(f"decode.knn_lambda must be in [0, 1), got {self.knn_lambda}")
+        _check_positive(self, "beam_size", "n_best", "batch_size", "temperature")
         if self.bf16 and self.int8:
             raise ValueError("decode.bf16 and decode.int8 are exclusive: pick one")
         if self.n_best > self.beam_size and self.strategy == "beam":
@@ -165,22 +178,24 @@ class DecodeConfig:
             raise ValueError(f"decode.length_penalty must be >= 0, got {self.length_penalty}")
         if self.top_k < 0 or not 0.0 < self.top_p <= 1.0:
             raise ValueError("decode.top_k must be >= 0 and decode.top_p in (0, 1]")
-        _check_choice(self, "strategy", "mbr", "beam_stop")
-        if self.mbr != "none" and self.strategy != "beam":
-            raise ValueError(f"decode.mbr={self.mbr} chooses among a beam's hypotheses: it needs "
-                             f"strategy beam, not {self.strategy}")
+        _check_choice(self, "strategy", "beam_stop")
 
 
 @dataclass(frozen=True, kw_only=True)
 class DataConfig:
     """Preparing a parallel corpus (`transformer-mt prepare`) and reading it in batches."""
 
-    vocab_size: int = 8_000  # joint SentencePiece pieces; the paper used ~37k for WMT en-de
-    vocab_model_type: Literal["bpe", "unigram"] = "bpe"  # §5.1: byte-pair encoding
-    character_coverage: float = 1.0
-    max_length: int = 250  # training pairs with more subword tokens on a side are dropped
-    max_length_ratio: float = 9.0  # ... or whose longer side is this many times the shorter
-    skip_invalid_utf8: bool = False  # True: drop pairs with invalid UTF-8 and count them
+    # Each field is a command-line option of `prepare` (cli/options.py).
+    vocab_size: int = option(8_000, "joint SentencePiece pieces (the paper: ~37,000 for WMT "
+                                    "en-de)")
+    vocab_model_type: Literal["bpe", "unigram"] = option("bpe", "§5.1: byte-pair encoding")
+    character_coverage: float = option(1.0, "SentencePiece's character coverage")
+    max_length: int = option(250, "training pairs with more subword tokens on a side are "
+                                  "dropped (counted in report.json)")
+    max_length_ratio: float = option(9.0, "... or whose longer side is this many times the "
+                                          "shorter")
+    skip_invalid_utf8: bool = option(False, "drop pairs with invalid UTF-8 (counted) instead "
+                                            "of stopping at the first")
 
     def __post_init__(self):
         _check_positive(self, "vocab_size", "max_length", "max_length_ratio")
@@ -298,6 +313,17 @@ def config_to_dict(cfg) -> dict[str, Any]:
 
 def config_from_dict(cls, data: dict[str, Any], where: str = ""):
     """Build dataclass `cls` from nested plain data; unknown keys and wrong types are errors."""
+    try:
+        return cls(**checked_fields(cls, data, where))
+    except ValueError as err:
+        if isinstance(err, ConfigError):
+            raise
+        raise ConfigError(f"{where or 'config'}: {err}") from None
+
+
+def checked_fields(cls, data: dict[str, Any], where: str = "") -> dict[str, Any]:
+    """The fields of dataclass `cls` in `data`, typed (nested sections built): unknown and
+    retired keys and values of the wrong type are errors naming the dotted key."""
     if not isinstance(data, dict):
         raise ConfigError(f"{where or cls.__name__}: expected a mapping, got {type(data).__name__}")
     hints = typing.get_type_hints(cls)
@@ -307,8 +333,9 @@ def config_from_dict(cls, data: dict[str, Any], where: str = ""):
         path = f"{where}.{key}" if where else key
         if path in RETIRED:
             kept, why = RETIRED[path]
-            raise ConfigError(f"config key '{path}' was retired ({why}); saved configs holding "
-                              f"{kept!r}, its behaviour now, still load")
+            still = "saved configs holding it still load" if kept == ANY else \
+                f"saved configs holding {kept!r}, its behaviour now, still load"
+            raise ConfigError(f"config key '{path}' was retired ({why}); {still}")
         if key not in fields:
             raise ConfigError(f"unknown config key '{path}' (known: {', '.join(sorted(fields))})")
         hint = hints[key]
@@ -316,10 +343,7 @@ def config_from_dict(cls, data: dict[str, Any], where: str = ""):
             kwargs[key] = config_from_dict(hint, value, path)
         else:
             kwargs[key] = _coerce(value, hint, path)
-    try:
-        return cls(**kwargs)
-    except ValueError as err:
-        raise ConfigError(f"{where or 'config'}: {err}") from None
+    return kwargs
 
 
 def without_retired(saved: dict[str, Any], source: str, where: str = "") -> dict[str, Any]:
@@ -329,7 +353,7 @@ def without_retired(saved: dict[str, Any], source: str, where: str = "") -> dict
     out = {}
     for key, value in saved.items():
         path = f"{where}.{key}" if where else key
-        if path in RETIRED and value == RETIRED[path][0]:
+        if path in RETIRED and RETIRED[path][0] in (ANY, value):
             log.warning("%s: ignoring the retired config key '%s' (%s)", source, path,
                         RETIRED[path][1])
             continue
@@ -380,7 +404,7 @@ _YamlLoader.add_implicit_resolver(
 )
 
 
-def _read_yaml(text: str) -> Any:
+def read_yaml(text: str) -> Any:
     return yaml.load(text, Loader=_YamlLoader)
 
 
@@ -394,7 +418,7 @@ def load_config(preset_or_yaml: str | Path = "base", overrides: list[str] = ()) 
                 f"unknown preset '{preset_or_yaml}' (presets: {', '.join(preset_names())})"
             )
     try:
-        data = _read_yaml(path.read_text(encoding="utf-8")) or {}
+        data = read_yaml(path.read_text(encoding="utf-8")) or {}
     except (OSError, yaml.YAMLError) as err:
         raise ConfigError(f"{path}: cannot read config: {err}") from None
     if not isinstance(data, dict):
@@ -409,7 +433,7 @@ def load_config(preset_or_yaml: str | Path = "base", overrides: list[str] = ()) 
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
                 raise ConfigError(f"override '{override}': '{part}' is not a section")
-        node[leaf] = _read_yaml(raw)
+        node[leaf] = read_yaml(raw)
     try:
         return config_from_dict(Config, data)
     except ConfigError as err:

@@ -111,7 +111,7 @@ def speed(data_dir: str, shape: str) -> None:
 def quality(model_dir: str, src: str, ref: str) -> None:
     import sacrebleu
 
-    from transformer_mt.translator import Translator
+    from transformer_mt.inference.translator import Translator
 
     sources = Path(src).read_text(encoding="utf-8").splitlines()
     refs = [Path(ref).read_text(encoding="utf-8").splitlines()]

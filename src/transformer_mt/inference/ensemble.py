@@ -13,8 +13,8 @@ import math
 import torch
 from torch import Tensor, nn
 
-from .config import ModelConfig
-from .model import DecoderCache, Memory, Transformer
+from ..config import ModelConfig
+from ..model.transformer import DecoderCache, Memory, Transformer
 
 
 class EnsembleCache:

@@ -10,17 +10,15 @@ toolkits' PyTorch `.bin`/`.pt` files: `torch.load(weights_only=True)` and no fal
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import struct
-import tempfile
 from pathlib import Path
 
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from .config import (
+from ..config import (
     ConfigError,
     DecodeConfig,
     ModelConfig,
@@ -28,7 +26,8 @@ from .config import (
     config_to_dict,
     without_retired,
 )
-from .model import Transformer
+from ..model.transformer import Transformer
+from .files import atomic_write
 
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
@@ -49,18 +48,6 @@ def unique_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
             seen.add(id(tensor))
             state[name] = tensor.detach().contiguous()
     return state
-
-
-def atomic_write(path: Path, write) -> None:
-    """Write through a temporary file beside `path`, then rename it into place."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def save_model(model: Transformer, out_dir: str | Path, *, vocab_path: str | Path | None = None,

@@ -26,7 +26,11 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .data import DataError, SplitFiles, sha256_file
+from .text import DataError
+
+from .prepare import SplitFiles
+
+from ..storage.files import sha256_file
 
 log = logging.getLogger(__name__)
 

@@ -25,10 +25,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from . import rng_state
-from .data import sha256_file
-from .model import Transformer
-from .model_io import (
+from ..model.transformer import Transformer
+from ..storage.files import fsync_path, sha256_file
+from ..storage.model_dir import (
     CONFIG_FILE,
     VOCAB_FILE,
     WEIGHTS_FILE,
@@ -39,6 +38,7 @@ from .model_io import (
     read_weights,
     unique_state_dict,
 )
+from . import rng_state
 
 log = logging.getLogger(__name__)
 
@@ -114,15 +114,6 @@ def clean_temporaries(run_dir: Path) -> None:
             if path.name.startswith(TMP_PREFIX):
                 log.info("removing unfinished checkpoint %s", path)
                 shutil.rmtree(path, ignore_errors=True)
-
-
-def fsync_path(path: Path) -> None:
-    """fsync a file or a directory."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def optimizer_tensors(model: Transformer, optimizer: torch.optim.Adam) -> dict[str, torch.Tensor]:

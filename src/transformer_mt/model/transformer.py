@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..config import ModelConfig
 from .attention import KVCache, MultiHeadAttention, causal_mask, padding_mask
-from .config import ModelConfig
 from .dropout import Dropout
 
 

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .config import ModelConfig
-from .model import Transformer
+from ..config import ModelConfig
+from .transformer import Transformer
 
 
 @dataclass(frozen=True)

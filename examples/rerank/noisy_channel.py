@@ -23,8 +23,8 @@ from pathlib import Path
 import torch
 from sacrebleu.metrics import BLEU
 
-from transformer_mt.evaluate import tokenized_bleu
-from transformer_mt.translator import Translator
+from transformer_mt.evaluation.bleu import tokenized_bleu
+from transformer_mt.inference.translator import Translator
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = Path(os.environ.get("TRANSFORMER_MT_DATA", REPO.parent / "shared" / "data")) / "multi30k"

@@ -5,9 +5,10 @@ once per source (`model.new_cache`), and each step feeds only the newest target 
 An output holds at most (source length + max_length_offset) tokens, EOS included; at that length
 EOS is forced, so every hypothesis ends.
 
-The `model` argument needs only `cfg` (pad/bos/eos ids), `encode`, `new_cache` (whose cache has
-`reorder` and `keep_sources`) and `decode`, so tests can pass a fake model with hand-written
-log-probability tables. Finished sentences leave the batch at once.
+The `model` argument is a `DecodingModel`: it needs only `cfg` (pad/bos/eos ids), `encode`,
+`new_cache` (a `DecodingCache`) and `decode`. A Transformer, an Ensemble, a wrapper that
+changes the next-token distribution (examples/knn_mt/) and the tests' fake models with
+hand-written log-probability tables all are one. Finished sentences leave the batch at once.
 """
 
 # B batch  S source len  T target len  V vocab  N beam  n rows per sentence (1 or N)  A active
@@ -16,12 +17,40 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
 
-from .attention import attention_kernels
-from .config import DecodeConfig
+from ..config import DecodeConfig, ModelConfig
+from ..model.attention import attention_kernels
+
+
+class DecodingCache(Protocol):
+    """The self-attention (and projected cross-attention) state of the sentences decoding."""
+
+    def reorder(self, index_B: Tensor, beams: int | None = None) -> None:
+        """Rows follow the beams that moved: row i becomes row index_B[i]."""
+
+    def keep_sources(self, index_A: Tensor) -> None:
+        """Keep only the sentences (all their rows) of index_A; the others finished."""
+
+
+class DecodingModel(Protocol):
+    """What a search decodes with: `cfg` gives pad_id, bos_id, eos_id, vocab_size and
+    max_positions; `decode` returns next-token logits (B, T, V), or log-probabilities, which
+    the search's log_softmax leaves as they are."""
+
+    cfg: ModelConfig
+
+    def encode(self, src_BS: Tensor) -> Any:
+        """The memory of a padded source batch, as `new_cache` and `decode` take it."""
+
+    def new_cache(self, memory: Any, beams: int = 1,
+                  kv_dtype: torch.dtype | None = None) -> DecodingCache: ...
+
+    def decode(self, tgt_BT: Tensor, memory: Any, cache: DecodingCache | None = None) -> Tensor:
+        ...
 
 
 @dataclass(frozen=True)
@@ -95,7 +124,7 @@ def topk_in_blocks(x_AX: Tensor, k: int, block: int = 128) -> tuple[Tensor, Tens
     return values_Ak, where_AP.gather(1, pick_Ak)
 
 
-def _sequential_search(model, src_BS: Tensor, cfg: DecodeConfig,
+def _sequential_search(model: DecodingModel, src_BS: Tensor, cfg: DecodeConfig,
                        choose: Callable[[Tensor], Tensor]) -> list[list[Hypothesis]]:
     """One hypothesis per sentence, the next token picked by `choose(logp_AV) -> (A,)` for the
     A sentences still decoding; a sentence leaves the batch (and the caches) at its EOS."""
@@ -128,13 +157,14 @@ def _sequential_search(model, src_BS: Tensor, cfg: DecodeConfig,
 
 
 @torch.inference_mode()
-def greedy_search(model, src_BS: Tensor, cfg: DecodeConfig) -> list[list[Hypothesis]]:
+def greedy_search(model: DecodingModel, src_BS: Tensor,
+                  cfg: DecodeConfig) -> list[list[Hypothesis]]:
     """The most probable next token at each step. Returns one hypothesis per sentence."""
     return _sequential_search(model, src_BS, cfg, lambda logp_BV: logp_BV.argmax(dim=-1))
 
 
 @torch.inference_mode()
-def sample(model, src_BS: Tensor, cfg: DecodeConfig) -> list[list[Hypothesis]]:
+def sample(model: DecodingModel, src_BS: Tensor, cfg: DecodeConfig) -> list[list[Hypothesis]]:
     """Ancestral sampling with temperature, top-k and top-p (nucleus) filtering; seeded by
     cfg.seed. Not in the paper. Scores are the model's own (unfiltered) log-probabilities."""
     generator = torch.Generator(device=src_BS.device).manual_seed(cfg.seed)
@@ -163,7 +193,7 @@ def filter_logits(logits_BV: Tensor, *, top_k: int, top_p: float) -> Tensor:
 
 
 @torch.inference_mode()
-def beam_search(model, src_BS: Tensor, cfg: DecodeConfig) -> list[list[Hypothesis]]:
+def beam_search(model: DecodingModel, src_BS: Tensor, cfg: DecodeConfig) -> list[list[Hypothesis]]:
     """Batched beam search (§6.1): beam_size hypotheses per sentence, ranked by
     log P(Y|X) / lp(Y). Each step keeps the 2N best extensions of the N alive hypotheses; those
     ending in EOS and ranked within the first N are finished, the N best others stay alive.
@@ -239,7 +269,7 @@ def _beam_done(finished: list[Hypothesis], N: int, best_possible: float) -> bool
                                          reverse=True)[N - 1] >= best_possible
 
 
-def generate(model, src_BS: Tensor, cfg: DecodeConfig) -> list[list[Hypothesis]]:
+def generate(model: DecodingModel, src_BS: Tensor, cfg: DecodeConfig) -> list[list[Hypothesis]]:
     """Decode a padded batch of source ids (B, S) with cfg.strategy."""
     search = {"beam": beam_search, "greedy": greedy_search, "sample": sample}[cfg.strategy]
     with attention_kernels(src_BS.device):

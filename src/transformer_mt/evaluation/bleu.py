@@ -19,7 +19,7 @@ from pathlib import Path
 from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.significance import PairedTest
 
-from .data import DataError, read_bytes, split_lines
+from ..data.text import DataError, read_bytes, split_lines
 
 COMPOUND = re.compile(r"(\S)-(\S)")
 BOOTSTRAP_SAMPLES = 1000  # sacrebleu --paired-bs-n's default

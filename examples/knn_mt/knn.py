@@ -15,6 +15,9 @@ records the sha256 of that model's weights, and loading it for other weights is 
 
 On disk a datastore is a directory: `values.safetensors` (the tokens, with the model's hash and
 the corpus in its metadata) and `index.faiss` (the keys, in faiss's own format).
+
+`KnnModel` plugs into transformer-mt's decoding protocol (`transformer_mt.inference.search.
+DecodingModel`): any search and the `Translator` decode with it as with the plain model.
 """
 
 # N entries  D d_model  R query rows  k neighbours  B batch  T target len  V vocab
@@ -33,13 +36,32 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import Tensor, nn
 
-from .config import DecodeConfig
-from .data import ParallelData, sha256_file
-from .model import DecoderCache, Memory, Transformer
-from .model_io import WEIGHTS_FILE, atomic_write, load_model
+from transformer_mt.config import option
+from transformer_mt.data.dataset import ParallelData
+from transformer_mt.model.transformer import DecoderCache, Memory, Transformer
+from transformer_mt.storage.files import atomic_write, sha256_file
+from transformer_mt.storage.model_dir import WEIGHTS_FILE, load_model
 
 VALUES_FILE = "values.safetensors"
 INDEX_FILE = "index.faiss"
+
+
+@dataclass(frozen=True, kw_only=True)
+class KnnConfig:
+    """kNN-MT's settings; each is a command-line option of cli.py translate."""
+
+    knn_k: int = option(16, "neighbours per step")
+    knn_temperature: float = option(10.0, "neighbours weigh softmax(-squared distance / this)")
+    knn_lambda: float = option(0.25, "weight of the neighbours' distribution, in [0, 1)")
+    knn_probe: int = option(32, "index cells searched per step; the datastore's cell count "
+                                "searches all keys, exactly")
+
+    def __post_init__(self):
+        for name in ("knn_k", "knn_temperature", "knn_probe"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if not 0.0 <= self.knn_lambda < 1.0:
+            raise ValueError(f"knn_lambda must be in [0, 1), got {self.knn_lambda}")
 
 
 class DatastoreError(ValueError):
@@ -196,12 +218,12 @@ class KnnModel(nn.Module):
     returns log(lambda p_kNN + (1 - lambda) p_model) (B, T, V) in fp32, normalised already, so
     the search's log_softmax leaves it unchanged."""
 
-    def __init__(self, model: nn.Module, store: Datastore, decode: DecodeConfig):
+    def __init__(self, model: nn.Module, store: Datastore, knn: KnnConfig):
         super().__init__()
         self.model, self.store, self.cfg = model, store, model.cfg
-        self.search = {"k": decode.knn_k, "temperature": decode.knn_temperature,
-                       "probe": decode.knn_probe}
-        self.lam = decode.knn_lambda
+        self.search = {"k": knn.knn_k, "temperature": knn.knn_temperature,
+                       "probe": knn.knn_probe}
+        self.lam = knn.knn_lambda
 
     def encode(self, src_BS: Tensor) -> Memory:
         return self.model.encode(src_BS)

@@ -1,0 +1,41 @@
+"""`transformer-mt info`: parameters and FLOPs of a configuration."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..config import load_config, preset_names
+from ..model.stats import model_stats
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("info", help="parameter count and FLOPs of a configuration",
+                       description="Print total and non-embedding parameters and forward FLOPs "
+                                   "per token.")
+    p.add_argument("--config", default="base",
+                   help=f"preset ({', '.join(preset_names())}) or YAML file (default: base)")
+    p.add_argument("--vocab-size", type=int, help="shared vocabulary size (default: 37000)")
+    p.add_argument("--seq-len", type=int, default=32,
+                   help="source and target length for the attention FLOPs (default: 32)")
+    p.add_argument("overrides", nargs="*", metavar="section.key=value",
+                   help="config overrides, e.g. model.n_heads=4")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    overrides = list(args.overrides)
+    if args.vocab_size is not None:
+        overrides.append(f"model.vocab_size={args.vocab_size}")
+    cfg = load_config(args.config, overrides).model
+    stats = model_stats(cfg, seq_len=args.seq_len)
+    print(f"config: {args.config}")
+    print(f"  layers {cfg.n_encoder_layers}+{cfg.n_decoder_layers}, d_model {cfg.d_model}, "
+          f"d_ff {cfg.d_ff}, heads {cfg.n_heads}, vocab {cfg.vocab_size}, "
+          f"tying {cfg.weight_tying}")
+    print(f"parameters:               {stats.parameters:,} ({stats.parameters / 1e6:.1f}M)")
+    print(f"non-embedding parameters: {stats.non_embedding_parameters:,} "
+          f"({stats.non_embedding_parameters / 1e6:.1f}M)")
+    print(f"forward FLOPs per token:  {stats.forward_flops_per_token:,} "
+          f"({stats.forward_flops_per_token / 1e6:.1f} MFLOP; source and target of "
+          f"{stats.seq_len} tokens)")
+    return 0

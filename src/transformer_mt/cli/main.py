@@ -1,0 +1,49 @@
+"""`transformer-mt` command line: one module per command, each parsing its options, calling
+one package function and formatting the output."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from ..config import ConfigError
+from ..hardware.malloc import tune_malloc
+from . import average, evaluate, info, prepare, train, translate
+
+COMMANDS = (info, prepare, train, average, translate, evaluate)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="transformer-mt",
+        description="The Transformer of 'Attention Is All You Need'. From two text files to "
+                    "a BLEU score: prepare -> train -> average -> translate -> evaluate; "
+                    "`transformer-mt COMMAND --help` for each.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for command in COMMANDS:
+        command.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    # `train --train.max_steps=100` style overrides: dotted options after the known ones
+    dotted = [u for u in unknown if u.startswith("--") and "." in u.split("=")[0]]
+    if len(dotted) != len(unknown) or (dotted and not hasattr(args, "overrides")):
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if dotted:
+        args.overrides = [*args.overrides, *(d.removeprefix("--") for d in dotted)]
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s",
+                        datefmt="%H:%M:%S")
+    tune_malloc()
+    try:
+        return args.run(args)
+    except (ConfigError, ValueError, OSError) as err:
+        print(f"transformer-mt {args.command}: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""Command-line options made from the config dataclasses: a field declared with
+`config.option(default, help)` becomes `--field-name` (or its `flag`), typed by its annotation;
+any field of any section can also be set with `--section.key=value`."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import typing
+from typing import Any, Literal
+
+from ..config import ConfigError, checked_fields, read_yaml
+
+
+def add_config_options(parser: argparse.ArgumentParser, cls: type, section: str) -> None:
+    """One option per `option` field of dataclass `cls`; given values land in
+    `args.<section>.<field>` (see `given`), absent ones stay None and the config decides."""
+    hints = typing.get_type_hints(cls)
+    group = parser.add_argument_group(f"{section} options ({cls.__name__}; defaults as "
+                                      "the model directory or config says)")
+    for f in dataclasses.fields(cls):
+        if "help" not in f.metadata:
+            continue
+        flag = f.metadata["flag"] or "--" + f.name.replace("_", "-")
+        kwargs: dict[str, Any] = {"dest": f"{section}.{f.name}", "default": None,
+                                  "help": f"{f.metadata['help']} (default: {f.default})"}
+        hint = hints[f.name]
+        if hint is bool:
+            kwargs["action"] = argparse.BooleanOptionalAction
+        elif typing.get_origin(hint) is Literal:
+            kwargs["choices"] = typing.get_args(hint)
+        else:
+            kwargs["type"] = hint
+        flags = [flag] if flag == "--" + f.name.replace("_", "-") else \
+            [flag, "--" + f.name.replace("_", "-")]
+        group.add_argument(*flags, **kwargs)
+
+
+def given(args: argparse.Namespace, section: str) -> dict[str, Any]:
+    """The `section` options given on the command line, by field name."""
+    prefix = f"{section}."
+    return {key.removeprefix(prefix): value for key, value in vars(args).items()
+            if key.startswith(prefix) and value is not None}
+
+
+def section_overrides(overrides: list[str], cls: type, section: str) -> dict[str, Any]:
+    """`section.key=value` overrides (YAML values) of one section, by field name, checked
+    against dataclass `cls`: other sections, unknown and retired keys and wrong types are
+    errors naming the key."""
+    values = {}
+    for override in overrides:
+        key, sep, raw = override.partition("=")
+        prefix, _, leaf = key.partition(".")
+        if not sep or prefix != section or not leaf:
+            raise ConfigError(f"'--{override}': only --{section}.key=value overrides apply here")
+        values[leaf] = read_yaml(raw)
+    return checked_fields(cls, values, section)
+
+
+def as_overrides(values: dict[str, Any], section: str) -> list[str]:
+    """`given` values as `section.key=value` overrides for `config.load_config` (YAML)."""
+    import json
+
+    return [f"{section}.{key}={json.dumps(value)}" for key, value in values.items()]

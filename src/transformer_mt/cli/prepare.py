@@ -1,0 +1,67 @@
+"""`transformer-mt prepare`: parallel text to a prepared data directory."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..config import DataConfig, load_config
+from ..data.corpora import CORPORA, locate
+from ..data.prepare import SplitFiles, prepare
+from .options import add_config_options, as_overrides, given
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "prepare", help="clean parallel text, learn the vocabulary, write binary data",
+        description="Read parallel files (plain or .gz, strict UTF-8), drop empty, too long and "
+                    "over-ratio training pairs (counted in report.json), train a joint "
+                    "SentencePiece vocabulary, and write memory-mapped token files to --out. "
+                    "Either give the files, or --dataset with --pair and --data-dir.")
+    p.add_argument("--train-src", type=Path)
+    p.add_argument("--train-tgt", type=Path)
+    p.add_argument("--valid-src", type=Path)
+    p.add_argument("--valid-tgt", type=Path)
+    p.add_argument("--src-lang", default="src", help="source language code, for the record")
+    p.add_argument("--tgt-lang", default="tgt", help="target language code, for the record")
+    p.add_argument("--dataset",
+                   help=f"a known corpus ({', '.join(sorted(CORPORA))}; multi30k-tok is "
+                        "Multi30k's lowercased Moses-tokenized copy, en/de/fr; wmt14 has test "
+                        "sets only)")
+    p.add_argument("--pair", default="en-de", help="SRC-TGT, e.g. en-de (default)")
+    p.add_argument("--data-dir", type=Path, default=Path("data"),
+                   help="where the corpus files are, or go with --download (default: data)")
+    p.add_argument("--download", action="store_true",
+                   help="download a --dataset missing from --data-dir (checks sha256)")
+    p.add_argument("--config", default="base", help="preset or YAML for the data section")
+    p.add_argument("--out", required=True, type=Path, help="prepared data directory")
+    p.add_argument("overrides", nargs="*", metavar="data.key=value")
+    add_config_options(p, DataConfig, "data")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    overrides = as_overrides(given(args, "data"), "data") + list(args.overrides)
+    cfg = load_config(args.config, overrides).data
+    if args.dataset:
+        files = {f.name: f for f in locate(args.dataset, args.pair, args.data_dir,
+                                           download=args.download)}
+        if "train" not in files:
+            raise ValueError(f"{args.dataset} has no training split (only "
+                             f"{', '.join(files)}); use it with translate / evaluate")
+        src_lang, tgt_lang = args.pair.split("-")
+    else:
+        if not (args.train_src and args.train_tgt):
+            raise ValueError("give --train-src and --train-tgt, or --dataset")
+        files = {"train": SplitFiles("train", args.train_src, args.train_tgt)}
+        if args.valid_src or args.valid_tgt:
+            files["valid"] = SplitFiles("valid", args.valid_src, args.valid_tgt)
+        src_lang, tgt_lang = args.src_lang, args.tgt_lang
+    report = prepare(train=files.pop("train"), others=list(files.values()), out_dir=args.out,
+                     cfg=cfg, src_lang=src_lang, tgt_lang=tgt_lang)
+    for name, split in report["splits"].items():
+        dropped = ", ".join(f"{k} {v}" for k, v in split["dropped"].items()) or "none"
+        print(f"{name}: {split['kept']:,} pairs kept of {split['read']:,} "
+              f"(dropped: {dropped}); {split['src_tokens']:,} / {split['tgt_tokens']:,} tokens")
+    print(f"prepared data in {args.out} (report.json, meta.json)")
+    return 0

@@ -1,0 +1,137 @@
+"""Preparing a parallel corpus (§5.1): cleaning with a drop report, a joint SentencePiece
+vocabulary and a compact memory-mapped binary format.
+
+A prepared data directory holds
+  sentencepiece.model                   the joint vocabulary
+  {split}.{src,tgt}.tokens.npy          all token ids of a split side, concatenated (uint16/int32)
+  {split}.{src,tgt}.offsets.npy         int64, sentence i is tokens[offsets[i]:offsets[i+1]]
+  {split}.{src,tgt}.txt                 the cleaned text (references for validation BLEU)
+  meta.json                             languages, counts, sha256 of inputs and vocabulary
+  report.json                           what was dropped from training data, by reason
+Arrays are .npy read with allow_pickle=False and mmap_mode="r": nothing is unpickled.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..config import DataConfig, config_to_dict
+from ..storage.files import sha256_file
+from .text import DataError, read_parallel
+from .vocab import Vocabulary, train_vocabulary
+
+log = logging.getLogger(__name__)
+
+VOCAB_FILE = "sentencepiece.model"
+SIDES = ("src", "tgt")
+
+
+@dataclass(frozen=True)
+class SplitFiles:
+    name: str  # "train", "valid", "test", ...
+    src: Path
+    tgt: Path
+
+
+def drop_reason(src_ids: list[int], tgt_ids: list[int], cfg: DataConfig) -> str | None:
+    """Why a training pair is left out, or None to keep it."""
+    if not src_ids or not tgt_ids:
+        return "empty"
+    if max(len(src_ids), len(tgt_ids)) > cfg.max_length:
+        return "too_long"
+    if max(len(src_ids), len(tgt_ids)) > cfg.max_length_ratio * min(len(src_ids), len(tgt_ids)):
+        return "length_ratio"
+    return None
+
+
+def pack(ids: list[list[int]], vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Sentences of ids as one flat array (N tokens,) and offsets (N sentences + 1,)."""
+    dtype = np.uint16 if vocab_size <= np.iinfo(np.uint16).max else np.int32
+    lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
+    offsets = np.zeros(len(ids) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    flat = np.fromiter((t for x in ids for t in x), dtype=dtype, count=int(offsets[-1]))
+    return flat, offsets
+
+
+def write_side(out_dir: Path, split: str, side: str, ids: list[list[int]], vocab_size: int):
+    flat, offsets = pack(ids, vocab_size)
+    np.save(out_dir / f"{split}.{side}.tokens.npy", flat)
+    np.save(out_dir / f"{split}.{side}.offsets.npy", offsets)
+
+
+def prepare(*, train: SplitFiles, others: list[SplitFiles], out_dir: Path, cfg: DataConfig,
+            src_lang: str = "src", tgt_lang: str = "tgt") -> dict:
+    """Read, clean, learn the vocabulary on the training pairs, encode and write `out_dir`.
+    Only training pairs are dropped (empty, too long, length ratio); other splits are kept
+    whole so that scores stay comparable. Returns the report."""
+    splits = [train, *others]
+    texts = {}
+    skipped_utf8 = {}
+    for split in splits:  # every file is read and checked before any work is written
+        src, tgt, skipped = read_parallel(split.src, split.tgt, skip_invalid=cfg.skip_invalid_utf8)
+        texts[split.name] = (src, tgt)
+        skipped_utf8[split.name] = skipped
+    out_dir.mkdir(parents=True, exist_ok=True)
+    train_src, train_tgt = texts[train.name]
+    log.info("training a %d-piece %s vocabulary on %d pairs", cfg.vocab_size,
+             cfg.vocab_model_type, len(train_src))
+    nonempty = [t for t in train_src + train_tgt if t.strip()]
+    vocab = train_vocabulary(nonempty, vocab_size=cfg.vocab_size, out_path=out_dir / VOCAB_FILE,
+                             model_type=cfg.vocab_model_type,
+                             character_coverage=cfg.character_coverage)
+    report: dict = {"splits": {}}
+    for split in splits:
+        src, tgt = texts[split.name]
+        src_ids, tgt_ids = vocab.sp.encode(src), vocab.sp.encode(tgt)
+        drops: Counter = Counter()
+        if split.name == train.name:
+            keep = []
+            for i, (s, t) in enumerate(zip(src_ids, tgt_ids, strict=True)):
+                reason = drop_reason(s, t, cfg)
+                if reason:
+                    drops[reason] += 1
+                else:
+                    keep.append(i)
+            src_ids, tgt_ids = [src_ids[i] for i in keep], [tgt_ids[i] for i in keep]
+            src, tgt = [src[i] for i in keep], [tgt[i] for i in keep]
+        if skipped_utf8[split.name]:
+            drops["invalid_utf8"] = skipped_utf8[split.name]
+        for side, ids, lines in (("src", src_ids, src), ("tgt", tgt_ids, tgt)):
+            write_side(out_dir, split.name, side, ids, len(vocab))
+            (out_dir / f"{split.name}.{side}.txt").write_text(
+                "".join(line + "\n" for line in lines), encoding="utf-8")
+        report["splits"][split.name] = {
+            "read": len(src) + sum(drops.values()), "kept": len(src), "dropped": dict(drops),
+            "src_tokens": sum(map(len, src_ids)), "tgt_tokens": sum(map(len, tgt_ids)),
+        }
+    meta = {
+        "src_lang": src_lang, "tgt_lang": tgt_lang, "vocab_size": len(vocab),
+        "vocab_sha256": sha256_file(out_dir / VOCAB_FILE), "data": config_to_dict(cfg),
+        "inputs": {s.name: {"src": str(s.src), "src_sha256": sha256_file(s.src),
+                            "tgt": str(s.tgt), "tgt_sha256": sha256_file(s.tgt)}
+                   for s in splits},
+        "splits": {name: r["kept"] for name, r in report["splits"].items()},
+    }
+    (out_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    (out_dir / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    return report
+
+
+
+def load_vocab(data_dir: Path) -> Vocabulary:
+    return Vocabulary.load(Path(data_dir) / VOCAB_FILE)
+
+
+def load_meta(data_dir: Path) -> dict:
+    path = Path(data_dir) / "meta.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as err:
+        raise DataError(f"{path}: not a prepared data directory ({err})") from None

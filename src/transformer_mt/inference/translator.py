@@ -1,0 +1,122 @@
+"""Sentences in, sentences out: a model, its vocabulary and decoding settings in one object.
+
+The model is anything that follows the decoding protocol (`search.DecodingModel`): a
+Transformer, an Ensemble, or a wrapper of one (examples/knn_mt/ mixes a datastore into the
+next-token distribution that way)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..config import DecodeConfig
+from ..data.vocab import Vocabulary
+from ..hardware.cpu_speed import warn_if_bf16_is_slow
+from ..model.transformer import Transformer
+from ..storage.model_dir import VOCAB_FILE, load_model
+from .ensemble import Ensemble
+from .quantize import quantize_int8
+from .search import DecodingModel, Hypothesis, generate
+
+
+@dataclass(frozen=True)
+class Translation:
+    text: str
+    score: float  # log P / lp(|Y|), the beam search's ranking score
+    log_prob: float
+
+
+class Translator:
+    """Translate sentences with `model`: a Transformer, an Ensemble or any other
+    `DecodingModel`. Sentences are decoded in batches of similar length and returned in input
+    order."""
+
+    def __init__(self, model: DecodingModel, vocab: Vocabulary,
+                 decode: DecodeConfig | None = None):
+        if len(vocab) != model.cfg.vocab_size:
+            raise ValueError(
+                f"vocabulary {vocab.path or ''} has {len(vocab)} pieces, the model expects "
+                f"{model.cfg.vocab_size}"
+            )
+        self.vocab = vocab
+        self.decode_cfg = decode or DecodeConfig()
+        if self.decode_cfg.int8:
+            if isinstance(model, Ensemble):
+                model = Ensemble([quantize_int8(m) for m in model.members])
+            elif isinstance(model, Transformer):
+                model = quantize_int8(model)
+            else:
+                raise ValueError(f"decode.int8 quantises a Transformer or an Ensemble, not a "
+                                 f"{type(model).__name__}: quantise the model it wraps instead")
+        self.model = model.eval()
+        if self.decode_cfg.bf16:
+            warn_if_bf16_is_slow(next(model.parameters()).device, setting="decode.bf16",
+                                 instead="decode in float32 (without --bf16) or with --int8")
+
+    @classmethod
+    def from_dir(cls, model_dir: str | Path, *, device: str = "cpu", **decode_overrides):
+        """Load a model directory (weights, config, vocabulary); override decoding settings,
+        e.g. `beam_size=5`."""
+        return cls.from_dirs([model_dir], device=device, **decode_overrides)
+
+    @classmethod
+    def from_dirs(cls, model_dirs: Sequence[str | Path], *, device: str = "cpu",
+                  **decode_overrides):
+        """Several model directories with one vocabulary as an Ensemble (one directory: that
+        model alone); decoding settings from the first, then the overrides."""
+        dirs = [Path(d) for d in model_dirs]
+        for other in dirs[1:]:
+            if (other / VOCAB_FILE).read_bytes() != (dirs[0] / VOCAB_FILE).read_bytes():
+                raise ValueError(f"{other / VOCAB_FILE} differs from {dirs[0] / VOCAB_FILE}: "
+                                 "an ensemble's models must share one vocabulary")
+        loaded = [load_model(d, device=device) for d in dirs]
+        models = [model for model, _ in loaded]
+        model = models[0] if len(models) == 1 else Ensemble(models)
+        vocab = Vocabulary.load(dirs[0] / VOCAB_FILE)
+        return cls(model, vocab, dataclasses.replace(loaded[0][1], **decode_overrides))
+
+    def encode_source(self, sentence: str, index: int) -> list[int]:
+        ids = self.vocab.encode(sentence) + [self.model.cfg.eos_id]
+        limit = self.model.cfg.max_positions - self.decode_cfg.max_length_offset
+        if len(ids) > limit:
+            raise ValueError(
+                f"sentence {index + 1} has {len(ids)} tokens; this model takes at most {limit} "
+                f"(max_positions {self.model.cfg.max_positions} - max_length_offset "
+                f"{self.decode_cfg.max_length_offset})"
+            )
+        return ids
+
+    def translate_nbest(self, sentences: Sequence[str],
+                        progress: Callable[[int], None] | None = None) -> list[list[Translation]]:
+        """The n_best translations of each sentence, best first by the search's score.
+        `progress` is called after each batch with the number of sentences translated so far."""
+        sources = [self.encode_source(s, i) for i, s in enumerate(sentences)]
+        order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+        results: list[list[Translation]] = [[] for _ in sources]
+        device = next(self.model.parameters()).device
+        cfg = self.decode_cfg
+        size = cfg.batch_size
+        for start in range(0, len(order), size):
+            batch = order[start : start + size]
+            src_BS = torch.full((len(batch), max(len(sources[i]) for i in batch)),
+                                self.model.cfg.pad_id, dtype=torch.long)
+            for row, i in enumerate(batch):
+                src_BS[row, : len(sources[i])] = torch.tensor(sources[i])
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16):
+                nbests = generate(self.model, src_BS.to(device), cfg)
+            for i, hyps in zip(batch, nbests, strict=True):
+                results[i] = [self._detokenize(h) for h in hyps]
+            if progress is not None:
+                progress(start + len(batch))
+        return results
+
+    def _detokenize(self, hyp: Hypothesis) -> Translation:
+        return Translation(self.vocab.decode(hyp.tokens), hyp.score, hyp.log_prob)
+
+    def translate(self, sentences: Sequence[str]) -> list[str]:
+        """The best translation of each sentence."""
+        return [nbest[0].text for nbest in self.translate_nbest(sentences)]
