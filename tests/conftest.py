@@ -1,4 +1,4 @@
-"""Shared fixtures: tiny seeded models and the real data in ../shared/data."""
+"""Shared fixtures: tiny seeded models, a synthetic corpus the tests generate, and the real data\nin ../shared/data for the tests marked real_data."""
 
 import os
 import sys
@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from synthetic import write_corpus
 from transformer_mt import ModelConfig, Transformer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -54,41 +55,39 @@ def read_lines(path: Path, n: int) -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def multi30k_vocab(tmp_path_factory):
-    """A 300-piece joint BPE vocabulary trained on 500 Multi30k en/de training pairs."""
-    if not SHARED_DATA.is_dir():
-        pytest.skip(f"real data not found at {SHARED_DATA} (set TRANSFORMER_MT_DATA)")
+def corpus(tmp_path_factory) -> Path:
+    """The synthetic corpus (synthetic.py): plain-text train (600 pairs), valid (40) and test
+    (30) en/de files, generated here, so that no test below needs the real data."""
+    return write_corpus(tmp_path_factory.mktemp("corpus"))
+
+
+@pytest.fixture(scope="session")
+def corpus_vocab(corpus, tmp_path_factory):
+    """A joint BPE vocabulary (at most 300 pieces) of the synthetic training text."""
     from transformer_mt import train_vocabulary
 
-    texts = read_lines(SHARED_DATA / "multi30k/train.en.gz", 500) + \
-        read_lines(SHARED_DATA / "multi30k/train.de.gz", 500)
+    texts = [line for lang in ("en", "de")
+             for line in (corpus / f"train.{lang}").read_text(encoding="utf-8").splitlines()]
     path = tmp_path_factory.mktemp("vocab") / "sentencepiece.model"
     return train_vocabulary(texts, vocab_size=300, out_path=path)
 
 
 @pytest.fixture(scope="session")
-def multi30k_corpus(tmp_path_factory) -> Path:
-    """Plain-text train (400 pairs), valid (40) and test (30) en/de files from Multi30k."""
-    if not SHARED_DATA.is_dir():
-        pytest.skip(f"real data not found at {SHARED_DATA} (set TRANSFORMER_MT_DATA)")
-    root = tmp_path_factory.mktemp("corpus")
-    m30k = SHARED_DATA / "multi30k"
-    for split, name, n in (("train", "train", 400), ("valid", "val", 40), ("test", "val", 30)):
-        for lang in ("en", "de"):
-            lines = read_lines(m30k / f"{name}.{lang}.gz", n)
-            (root / f"{split}.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return root
-
-
-@pytest.fixture(scope="session")
-def prepared_multi30k(multi30k_corpus, tmp_path_factory) -> Path:
-    """`multi30k_corpus` prepared with a 500-piece vocabulary (a data directory for train)."""
+def prepared_corpus(corpus, tmp_path_factory) -> Path:
+    """`corpus` prepared (a data directory for train) with a vocabulary of at most 500
+    pieces."""
     from transformer_mt.cli.main import main
 
     out = tmp_path_factory.mktemp("prepared") / "data"
-    corpus = multi30k_corpus
     assert main(["prepare", "--train-src", str(corpus / "train.en"), "--train-tgt",
                  str(corpus / "train.de"), "--valid-src", str(corpus / "valid.en"),
                  "--valid-tgt", str(corpus / "valid.de"), "--vocab-size", "500", "--out",
                  str(out), "--src-lang", "en", "--tgt-lang", "de"]) == 0
     return out
+
+
+def pytest_collection_modifyitems(items):
+    """Tests that read ../shared/data carry the `real_data` mark (-m real_data runs them)."""
+    for item in items:
+        if "shared_data" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.real_data)

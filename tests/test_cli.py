@@ -28,11 +28,11 @@ def test_console_script_help():
     assert "info" in out and "translate" in out
 
 
-def test_translate_end_to_end(tmp_path, multi30k_vocab, monkeypatch, caplog):
+def test_translate_end_to_end(tmp_path, corpus_vocab, monkeypatch, caplog):
     torch.manual_seed(0)
-    cfg = ModelConfig(vocab_size=len(multi30k_vocab), d_model=32, n_heads=4, d_ff=64,
+    cfg = ModelConfig(vocab_size=len(corpus_vocab), d_model=32, n_heads=4, d_ff=64,
                       n_encoder_layers=1, n_decoder_layers=1, dropout=0.0)
-    save_model(Transformer(cfg), tmp_path / "model", vocab_path=multi30k_vocab.path)
+    save_model(Transformer(cfg), tmp_path / "model", vocab_path=corpus_vocab.path)
     src = tmp_path / "in.txt"
     src.write_text("Two dogs.\nA man sleeps.\r\nA girl.\n", encoding="utf-8")
     out = tmp_path / "out.txt"

@@ -54,15 +54,15 @@ def test_bf16_pays_on_a_cpu_from_the_threshold(monkeypatch, speedup, pays):
 
 @pytest.mark.parametrize("speedup", [0.6, 2.2])
 def test_training_with_bf16_auto_chooses_by_the_probe_and_resumes(
-        prepared_multi30k, tmp_path, monkeypatch, caplog, speedup):
+        prepared_corpus, tmp_path, monkeypatch, caplog, speedup):
     """The choice is logged and recorded in each start's machine record; the run's config keeps
     "auto", so that a resume (here on a "faster" machine) chooses again without a mismatch."""
     monkeypatch.setattr(cpu_speed, "bf16_matmul_speedup", lambda: speedup)
     run = tmp_path / "run"
     with caplog.at_level(logging.INFO):
-        train(config(2, "train.bf16=auto"), data_dir=prepared_multi30k, run_dir=run)
+        train(config(2, "train.bf16=auto"), data_dir=prepared_corpus, run_dir=run)
     monkeypatch.setattr(cpu_speed, "bf16_matmul_speedup", lambda: 4.0)
-    train(config(4, "train.bf16=auto"), data_dir=prepared_multi30k, run_dir=run)
+    train(config(4, "train.bf16=auto"), data_dir=prepared_corpus, run_dir=run)
     machine = [(r["step"], r["bf16"]) for r in read_metrics(run) if r["kind"] == "machine"]
     assert machine == [(0, speedup >= cpu_speed.AUTO), (2, True)]
     assert json.loads((run / "config.json").read_text())["train"]["bf16"] == "auto"
@@ -79,12 +79,12 @@ def test_no_probe_off_the_cpu(monkeypatch):
 
 
 @pytest.mark.parametrize("bf16", [True, False])
-def test_training_and_translation_warn_when_bf16_is_slow(prepared_multi30k, multi30k_vocab,
+def test_training_and_translation_warn_when_bf16_is_slow(prepared_corpus, corpus_vocab,
                                                          tmp_path, monkeypatch, caplog, bf16):
     monkeypatch.setattr(cpu_speed, "bf16_matmul_speedup", lambda: 0.6)
-    train(config(1, f"train.bf16={bf16}"), data_dir=prepared_multi30k, run_dir=tmp_path / "run")
-    Translator(make_translator(multi30k_vocab).model, multi30k_vocab, DecodeConfig(bf16=bf16))
-    Translator(make_translator(multi30k_vocab).model, multi30k_vocab, DecodeConfig(bf16=bf16))
+    train(config(1, f"train.bf16={bf16}"), data_dir=prepared_corpus, run_dir=tmp_path / "run")
+    Translator(make_translator(corpus_vocab).model, corpus_vocab, DecodeConfig(bf16=bf16))
+    Translator(make_translator(corpus_vocab).model, corpus_vocab, DecodeConfig(bf16=bf16))
     messages = [r.getMessage().split(":")[0] for r in caplog.records
                 if r.name == "transformer_mt.hardware.cpu_speed"]
     assert messages == (["train.bf16", "decode.bf16"] if bf16 else [])  # once each
@@ -107,10 +107,10 @@ def test_gflops_are_the_probes_operations_over_its_best_time(monkeypatch):
                                                  "bfloat16": pytest.approx(expected)}
 
 
-def test_training_records_the_machines_pace_at_each_start(prepared_multi30k, tmp_path):
+def test_training_records_the_machines_pace_at_each_start(prepared_corpus, tmp_path):
     run = tmp_path / "run"
-    train(config(5), data_dir=prepared_multi30k, run_dir=run)
-    train(config(10), data_dir=prepared_multi30k, run_dir=run)  # resumed at step 5
+    train(config(5), data_dir=prepared_corpus, run_dir=run)
+    train(config(10), data_dir=prepared_corpus, run_dir=run)  # resumed at step 5
     machine = [r for r in read_metrics(run) if r["kind"] == "machine"]
     assert [(r["step"], r["threads"]) for r in machine] == [(0, 1), (5, 1)]  # train.threads=1
     assert all(r["cpu"] == cpu_speed.cpu_model() for r in machine)

@@ -39,10 +39,10 @@ def final_weights(run_dir):
     return read_weights(checkpoint_dirs(run_dir)[-1] / "model.safetensors")
 
 
-def test_two_processes_equal_one_with_the_same_total_batch(prepared_multi30k, tmp_path):
+def test_two_processes_equal_one_with_the_same_total_batch(prepared_corpus, tmp_path):
     steps = ["--train.max_steps=8", "--train.save_every=8"]
-    run(command(prepared_multi30k, tmp_path / "one", *steps, "--train.accumulate=2"))
-    run(command(prepared_multi30k, tmp_path / "two", *steps, nproc=2))
+    run(command(prepared_corpus, tmp_path / "one", *steps, "--train.accumulate=2"))
+    run(command(prepared_corpus, tmp_path / "two", *steps, nproc=2))
     one, two = final_weights(tmp_path / "one"), final_weights(tmp_path / "two")
     assert one.keys() == two.keys()
     for name in one:
@@ -54,11 +54,11 @@ def test_two_processes_equal_one_with_the_same_total_batch(prepared_multi30k, tm
     assert state["world_size"] == 2 and state["step"] == 8
 
 
-def test_kill9_of_a_torchrun_job_resumes_exactly(prepared_multi30k, tmp_path):
+def test_kill9_of_a_torchrun_job_resumes_exactly(prepared_corpus, tmp_path):
     steps = ["--train.max_steps=24", "--train.save_every=4", "--model.dropout=0.1"]
-    run(command(prepared_multi30k, tmp_path / "straight", *steps, nproc=2))
+    run(command(prepared_corpus, tmp_path / "straight", *steps, nproc=2))
     cut = tmp_path / "cut"
-    job = subprocess.Popen(command(prepared_multi30k, cut, *steps, nproc=2),
+    job = subprocess.Popen(command(prepared_corpus, cut, *steps, nproc=2),
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                            start_new_session=True, env=os.environ | {"OMP_NUM_THREADS": "1"})
     deadline = time.monotonic() + 240
@@ -71,7 +71,7 @@ def test_kill9_of_a_torchrun_job_resumes_exactly(prepared_multi30k, tmp_path):
     job.wait()
     assert job.returncode != 0
     assert 8 <= int(checkpoint_dirs(cut)[-1].name[5:]) < 24
-    run(command(prepared_multi30k, cut, *steps, nproc=2))
+    run(command(prepared_corpus, cut, *steps, nproc=2))
     straight, resumed = final_weights(tmp_path / "straight"), final_weights(cut)
     assert all(torch.equal(straight[k], resumed[k]) for k in straight)
     losses = lambda d: {r["step"]: r["loss"] for r in read_metrics(d) if r["kind"] == "train"}

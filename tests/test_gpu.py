@@ -72,13 +72,13 @@ OVERRIDES = ["train.max_tokens=800", "train.warmup_steps=10", "train.lr_scale=0.
 
 @pytest.mark.parametrize("precision", ["train.bf16=true", "train.fp16=true", "train.bf16=false",
                                        "train.bf16=true,train.compile=true"])
-def test_training_on_cuda_learns_checkpoints_and_resumes(prepared_multi30k, tmp_path, precision):
+def test_training_on_cuda_learns_checkpoints_and_resumes(prepared_corpus, tmp_path, precision):
     run = tmp_path / "run"
     options = precision.split(",")
     train(load_config("tiny", [*OVERRIDES, *options, "train.max_steps=20"]),
-          data_dir=prepared_multi30k, run_dir=run)
+          data_dir=prepared_corpus, run_dir=run)
     state = train(load_config("tiny", [*OVERRIDES, *options, "train.max_steps=40"]),
-                  data_dir=prepared_multi30k, run_dir=run)
+                  data_dir=prepared_corpus, run_dir=run)
     assert state["step"] == 40 and state["nonfinite_steps"] < 5
     losses = [r["loss"] for r in read_metrics(run) if r["kind"] == "train"]
     assert [r["step"] for r in read_metrics(run) if r["kind"] == "train"] == list(range(5, 45, 5))

@@ -14,8 +14,13 @@ from knn_mt.knn import Datastore, DatastoreError, KnnConfig, KnnModel, decoder_s
 from transformer_mt.cli.main import main as core_main
 from transformer_mt.config import DecodeConfig
 from transformer_mt.data.dataset import ParallelData
+from transformer_mt.data.prepare import load_vocab
 from transformer_mt.inference.search import generate
 from transformer_mt.storage.model_dir import save_model
+
+
+def vocab_size(data_dir) -> int:
+    return len(load_vocab(data_dir))
 
 
 def random_store(n: int = 3000, d: int = 16, nlist: int = 8, seed: int = 0):
@@ -59,9 +64,9 @@ def test_knn_distribution_by_hand():
     torch.testing.assert_close(logp_RV[0], expected)
 
 
-def test_datastore_holds_the_teacher_forced_states(prepared_multi30k):
-    model = tiny_model(vocab_size=500)
-    data = ParallelData(prepared_multi30k, "train")
+def test_datastore_holds_the_teacher_forced_states(prepared_corpus):
+    model = tiny_model(vocab_size=vocab_size(prepared_corpus))
+    data = ParallelData(prepared_corpus, "train")
     keys_ND, values_N = decoder_states(model, data, batch_sentences=64)
     assert len(values_N) == int(data.tgt_lengths.sum())  # every target token and each EOS
     assert int((values_N == model.cfg.eos_id).sum()) == len(data)
@@ -107,12 +112,12 @@ def test_incremental_decoding_equals_full_recomputation():
     torch.testing.assert_close(torch.stack(steps, dim=1), full_BTV, atol=1e-4, rtol=1e-4)
 
 
-def test_a_heavy_datastore_recites_the_training_targets(prepared_multi30k):
+def test_a_heavy_datastore_recites_the_training_targets(prepared_corpus):
     """An untrained model, whose own outputs are noise, with its datastore of the training split
     and lambda 0.99: each step's state is a stored one, so greedy search reads back the
     training target of a training source, token by token."""
-    model = tiny_model(vocab_size=500)
-    data = ParallelData(prepared_multi30k, "train")
+    model = tiny_model(vocab_size=vocab_size(prepared_corpus))
+    data = ParallelData(prepared_corpus, "train")
     keys_ND, values_N = decoder_states(model, data)
     store = Datastore.build(keys_ND, values_N, model_sha256="", nlist=4)
     cfg = DecodeConfig(strategy="greedy")
@@ -148,15 +153,15 @@ def test_knn_lambda_must_leave_the_model_a_share():
         KnnConfig(knn_lambda=1.0)
 
 
-def test_cli_datastore_then_translate(prepared_multi30k, multi30k_corpus, tmp_path, capsys):
-    model_dir = save_model(tiny_model(vocab_size=500), tmp_path / "model",
-                           vocab_path=prepared_multi30k / "sentencepiece.model")
+def test_cli_datastore_then_translate(prepared_corpus, corpus, tmp_path, capsys):
+    model_dir = save_model(tiny_model(vocab_size=vocab_size(prepared_corpus)), tmp_path / "model",
+                           vocab_path=prepared_corpus / "sentencepiece.model")
     store = tmp_path / "store"
-    assert main(["datastore", "--model", str(model_dir), "--data", str(prepared_multi30k),
+    assert main(["datastore", "--model", str(model_dir), "--data", str(prepared_corpus),
                  "--out", str(store)]) == 0
-    entries = int(ParallelData(prepared_multi30k, "train").tgt_lengths.sum())
+    entries = int(ParallelData(prepared_corpus, "train").tgt_lengths.sum())
     assert f"datastore: {entries:,} target positions" in capsys.readouterr().out
-    test_en = multi30k_corpus / "test.en"
+    test_en = corpus / "test.en"
     plain = tmp_path / "plain.de"
     assert core_main(["translate", "--model", str(model_dir), "--input", str(test_en),
                       "--output", str(plain), "--beam-size", "2"]) == 0
@@ -170,8 +175,8 @@ def test_cli_datastore_then_translate(prepared_multi30k, multi30k_corpus, tmp_pa
     assert len(outputs["knn"]) == 30
     assert outputs["lambda0"] == outputs["plain"] and outputs["knn"] != outputs["plain"]
 
-    other = save_model(tiny_model(seed=1, vocab_size=500), tmp_path / "other",
-                       vocab_path=prepared_multi30k / "sentencepiece.model")
+    other = save_model(tiny_model(seed=1, vocab_size=vocab_size(prepared_corpus)), tmp_path / "other",
+                       vocab_path=prepared_corpus / "sentencepiece.model")
     assert main(["translate", "--model", str(other), "--input", str(test_en),
                  "--datastore", str(store)]) == 2
     assert "built for the model with weights sha256" in capsys.readouterr().err

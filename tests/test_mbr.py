@@ -60,11 +60,11 @@ def test_unknown_utility_is_an_error_and_the_core_points_to_the_example():
         load_config("tiny", ["decode.mbr=bleu"])
 
 
-def test_mbr_reranks_the_whole_beam_by_expected_utility(multi30k_vocab, tmp_path):
+def test_mbr_reranks_the_whole_beam_by_expected_utility(corpus_vocab, tmp_path):
     torch.manual_seed(0)
-    cfg = ModelConfig(vocab_size=len(multi30k_vocab), d_model=32, n_heads=4, d_ff=64,
+    cfg = ModelConfig(vocab_size=len(corpus_vocab), d_model=32, n_heads=4, d_ff=64,
                       n_encoder_layers=2, n_decoder_layers=2, dropout=0.0)
-    translator = Translator(Transformer(cfg), multi30k_vocab,
+    translator = Translator(Transformer(cfg), corpus_vocab,
                             DecodeConfig(beam_size=4, n_best=4, max_length_offset=6))
     sentences = ["Two dogs run in the grass.", "A man in a red hat.", "People sit."]
     beams = translator.translate_nbest(sentences)

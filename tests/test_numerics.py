@@ -54,12 +54,12 @@ def same(a: dict, b: dict) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-def test_nonfinite_gradient_skips_the_update_and_is_logged(prepared_multi30k, tmp_path,
+def test_nonfinite_gradient_skips_the_update_and_is_logged(prepared_corpus, tmp_path,
                                                            monkeypatch):
     poison(monkeypatch, {3, 6}, where="grad")
     run = tmp_path / "run"
     state = train(load_config("tiny", [*OVERRIDES, "train.max_steps=8"]),
-                  data_dir=prepared_multi30k, run_dir=run)
+                  data_dir=prepared_corpus, run_dir=run)
     assert state["step"] == 8 and state["nonfinite_steps"] == 2
     for bad in (3, 6):  # nothing moved at the poisoned steps, everything at the others
         assert same(weights(run, bad - 1), weights(run, bad))
@@ -73,35 +73,35 @@ def test_nonfinite_gradient_skips_the_update_and_is_logged(prepared_multi30k, tm
     assert all(r["loss"] == r["loss"] for r in records if r["kind"] == "train")  # no NaN
 
 
-def test_consecutive_nonfinite_losses_stop_with_a_valid_checkpoint(prepared_multi30k, tmp_path,
+def test_consecutive_nonfinite_losses_stop_with_a_valid_checkpoint(prepared_corpus, tmp_path,
                                                                    monkeypatch):
     poison(monkeypatch, set(range(4, 100)), where="loss")
     run = tmp_path / "run"
     with pytest.raises(TrainingDiverged, match="3 steps in a row"):
         train(load_config("tiny", [*OVERRIDES, "train.max_steps=50"]),
-              data_dir=prepared_multi30k, run_dir=run)
+              data_dir=prepared_corpus, run_dir=run)
     last = checkpoint_dirs(run)[-1]
     assert last.name == "step_00000006" and manifest_problem(last) is None
     assert same(weights(run, 3), weights(run, 6))  # the last finite parameters
     assert all(torch.isfinite(t).all() for t in weights(run, 6).values())
 
 
-def test_cli_reports_a_diverged_run(prepared_multi30k, tmp_path, monkeypatch, capsys):
+def test_cli_reports_a_diverged_run(prepared_corpus, tmp_path, monkeypatch, capsys):
     poison(monkeypatch, set(range(1, 100)), where="loss")
-    args = ["train", "--config", "tiny", "--data", str(prepared_multi30k), "--run-dir",
+    args = ["train", "--config", "tiny", "--data", str(prepared_corpus), "--run-dir",
             str(tmp_path / "run"), *(f"--{o}" for o in OVERRIDES), "--train.max_steps=20"]
     assert main(args) == 3
     err = capsys.readouterr().err
     assert "3 steps in a row" in err and "step_00000003" in err
 
 
-def test_patience_stops_after_validations_without_improvement(prepared_multi30k, tmp_path,
+def test_patience_stops_after_validations_without_improvement(prepared_corpus, tmp_path,
                                                               monkeypatch):
     losses = iter([3.0, 2.5, 2.6, 2.7, 2.4, 2.3])
     monkeypatch.setattr(train_module, "validate",
                         lambda *a, **k: {"loss": next(losses), "nll": 0.0, "ppl": 1.0})
     overrides = [*OVERRIDES, "train.valid_every=2", "train.patience=2", "train.max_steps=100"]
-    state = train(load_config("tiny", overrides), data_dir=prepared_multi30k,
+    state = train(load_config("tiny", overrides), data_dir=prepared_corpus,
                   run_dir=tmp_path / "run")
     assert (state["step"], state["best_step"], state["bad_validations"]) == (8, 4, 2)
     assert state["best_score"] == -2.5

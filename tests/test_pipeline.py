@@ -1,4 +1,4 @@
-"""The command line end to end on a few hundred Multi30k pairs: prepare -> train -> checkpoint
+"""The command line end to end on the synthetic corpus: prepare -> train -> checkpoint
 -> resume -> average -> translate -> evaluate."""
 
 import json
@@ -13,16 +13,16 @@ TRAIN_ARGS = ["--config", "tiny", "--train.max_tokens=1500", "--train.warmup_ste
               "--train.valid_bleu=false", "--model.dropout=0.0"]
 
 
-def test_cli_end_to_end(multi30k_corpus, tmp_path, capsys):
-    corpus = multi30k_corpus
+def test_cli_end_to_end(corpus, tmp_path, capsys):
+    corpus = corpus
     data, run = tmp_path / "data", tmp_path / "run"
     assert main(["prepare", "--train-src", str(corpus / "train.en"), "--train-tgt",
                  str(corpus / "train.de"), "--valid-src", str(corpus / "valid.en"),
                  "--valid-tgt", str(corpus / "valid.de"), "--vocab-size", "500", "--out",
                  str(data), "--src-lang", "en", "--tgt-lang", "de"]) == 0
-    assert "train: 400 pairs kept of 400" in capsys.readouterr().out
+    assert "train: 600 pairs kept of 600" in capsys.readouterr().out
     meta = json.loads((data / "meta.json").read_text())
-    assert meta["splits"] == {"train": 400, "valid": 40} and len(meta["vocab_sha256"]) == 64
+    assert meta["splits"] == {"train": 600, "valid": 40} and len(meta["vocab_sha256"]) == 64
 
     assert main(["train", "--data", str(data), "--run-dir", str(run), *TRAIN_ARGS,
                  "--train.max_steps=30"]) == 0
@@ -65,8 +65,8 @@ def test_cli_end_to_end(multi30k_corpus, tmp_path, capsys):
     assert 0 <= scores["bleu"] <= 100 and scores["tok_bleu"] is not None
 
 
-def test_resume_with_other_config_or_data_is_refused(multi30k_corpus, tmp_path, capsys):
-    corpus = multi30k_corpus
+def test_resume_with_other_config_or_data_is_refused(corpus, tmp_path, capsys):
+    corpus = corpus
     data, run = tmp_path / "data", tmp_path / "run"
     prepare = ["prepare", "--train-src", str(corpus / "train.en"), "--train-tgt",
                str(corpus / "train.de"), "--vocab-size", "300", "--out"]

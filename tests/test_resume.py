@@ -34,12 +34,12 @@ def sha256(path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def test_kill9_chaos_resumes_byte_identically(prepared_multi30k, tmp_path):
+def test_kill9_chaos_resumes_byte_identically(prepared_corpus, tmp_path):
     """5 SIGKILLs at random steps, some inside a save: the same final bytes, the same losses,
     no unloadable checkpoint (scripts/chaos_kill9.py; its 20-kill run is in benchmarks/results)."""
     report_path = tmp_path / "report.json"
     subprocess.run([sys.executable, str(REPO / "scripts" / "chaos_kill9.py"), "--data",
-                    str(prepared_multi30k), "--work", str(tmp_path / "work"), "--kills", "5",
+                    str(prepared_corpus), "--work", str(tmp_path / "work"), "--kills", "5",
                     "--steps", "120", "--seed", "3", "--json", str(report_path)],
                    check=False, capture_output=True, timeout=600)
     report = json.loads(report_path.read_text())
@@ -51,9 +51,9 @@ def test_kill9_chaos_resumes_byte_identically(prepared_multi30k, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def short_run(prepared_multi30k, tmp_path_factory):
+def short_run(prepared_corpus, tmp_path_factory):
     run = tmp_path_factory.mktemp("short") / "run"
-    train(config(10, "model.dropout=0.1"), data_dir=prepared_multi30k, run_dir=run)
+    train(config(10, "model.dropout=0.1"), data_dir=prepared_corpus, run_dir=run)
     return run
 
 
@@ -116,11 +116,11 @@ class Recorder:
         monkeypatch.setattr(ParallelData, "collate", collate)
 
 
-def test_interrupted_runs_see_every_example_once_per_epoch(prepared_multi30k, tmp_path,
+def test_interrupted_runs_see_every_example_once_per_epoch(prepared_corpus, tmp_path,
                                                            monkeypatch):
     recorder = Recorder(monkeypatch)
     steps = 40  # over 2 epochs of 400 pairs in ~800-token batches
-    train(config(steps), data_dir=prepared_multi30k, run_dir=tmp_path / "straight")
+    train(config(steps), data_dir=prepared_corpus, run_dir=tmp_path / "straight")
     straight = recorder.batches[:]
     recorder.batches.clear()
 
@@ -141,14 +141,14 @@ def test_interrupted_runs_see_every_example_once_per_epoch(prepared_multi30k, tm
     for _ in range(3):
         before = len(recorder.batches)
         try:
-            train(config(steps), data_dir=prepared_multi30k, run_dir=tmp_path / "cut")
+            train(config(steps), data_dir=prepared_corpus, run_dir=tmp_path / "cut")
         except Crash:
             pass
         legs.append(recorder.batches[before:])
     # each leg restarts from the last checkpoint (every 5 steps): replay from there
     sequence = legs[0][:10] + legs[1][:15] + legs[2]
     assert sequence == straight
-    data = ParallelData(prepared_multi30k, "train")
+    data = ParallelData(prepared_corpus, "train")
     n_sentences, start = len(data.src_lengths), 0
     for epoch in range(2):  # both epochs of the run (40 steps > 2 epochs)
         n_batches = len(token_batches(data.src_lengths, data.tgt_lengths, max_tokens=800,
@@ -159,37 +159,37 @@ def test_interrupted_runs_see_every_example_once_per_epoch(prepared_multi30k, tm
     assert start <= steps
 
 
-def test_bpe_dropout_run_resumes_byte_identically(prepared_multi30k, tmp_path):
+def test_bpe_dropout_run_resumes_byte_identically(prepared_corpus, tmp_path):
     """Each epoch's BPE-dropout segmentation follows (seed, epoch): a run stopped mid-epoch and
     resumed ends with the bytes of a straight run, and different from a run without dropout."""
     extra = ("train.bpe_dropout=0.1",)
-    train(config(12, *extra), data_dir=prepared_multi30k, run_dir=tmp_path / "straight")
+    train(config(12, *extra), data_dir=prepared_corpus, run_dir=tmp_path / "straight")
     for steps in (7, 12):
-        train(config(steps, *extra), data_dir=prepared_multi30k, run_dir=tmp_path / "cut")
-    train(config(12), data_dir=prepared_multi30k, run_dir=tmp_path / "plain")
+        train(config(steps, *extra), data_dir=prepared_corpus, run_dir=tmp_path / "cut")
+    train(config(12), data_dir=prepared_corpus, run_dir=tmp_path / "plain")
     weights = {run: sha256(checkpoint_dirs(tmp_path / run)[-1] / ck.WEIGHTS_FILE)
                for run in ("straight", "cut", "plain")}
     assert weights["straight"] == weights["cut"] != weights["plain"]
 
 
-def test_same_seed_same_bytes_and_translations(prepared_multi30k, tmp_path):
+def test_same_seed_same_bytes_and_translations(prepared_corpus, tmp_path):
     runs = [tmp_path / "a", tmp_path / "b"]
     for run in runs:
-        train(config(12, "model.dropout=0.1"), data_dir=prepared_multi30k, run_dir=run)
+        train(config(12, "model.dropout=0.1"), data_dir=prepared_corpus, run_dir=run)
     last = [checkpoint_dirs(run)[-1] for run in runs]
     assert sha256(last[0] / ck.WEIGHTS_FILE) == sha256(last[1] / ck.WEIGHTS_FILE)
     assert sha256(last[0] / ck.OPTIMIZER_FILE) == sha256(last[1] / ck.OPTIMIZER_FILE)
-    sources = (prepared_multi30k / "valid.src.txt").read_text().splitlines()[:10]
+    sources = (prepared_corpus / "valid.src.txt").read_text().splitlines()[:10]
     outputs = [Translator.from_dir(p, max_length_offset=5).translate(sources) for p in last]
     assert outputs[0] == outputs[1]
 
 
-def test_max_epochs_stops_at_the_epoch_boundary(prepared_multi30k, tmp_path, monkeypatch):
+def test_max_epochs_stops_at_the_epoch_boundary(prepared_corpus, tmp_path, monkeypatch):
     # two epochs exactly: not one batch of the third (a resumed run then starts it whole)
     recorder = Recorder(monkeypatch)
-    state = train(config(0, "train.max_epochs=2"), data_dir=prepared_multi30k,
+    state = train(config(0, "train.max_epochs=2"), data_dir=prepared_corpus,
                   run_dir=tmp_path / "run")
-    data = ParallelData(prepared_multi30k, "train")
+    data = ParallelData(prepared_corpus, "train")
     per_epoch = [len(token_batches(data.src_lengths, data.tgt_lengths, max_tokens=800, seed=1,
                                    epoch=epoch)) for epoch in range(2)]
     assert len(recorder.batches) == state["step"] == sum(per_epoch)
@@ -214,14 +214,14 @@ def weights_sha256(run_dir) -> str:
 
 
 def test_a_timed_cooldown_ends_the_run_on_its_last_step_and_resumes_exactly(
-        prepared_multi30k, tmp_path, monkeypatch, caplog):
+        prepared_corpus, tmp_path, monkeypatch, caplog):
     # one (fake) minute of training; when half a minute is left the rate starts falling
     # linearly over the steps that the pace so far fits in, re-planned at every checkpoint step
     # (5) from the pace since then, and the run ends on the last one
     timed = ("train.max_minutes=1", "train.lr_cooldown_minutes=0.5")
     monkeypatch.setattr("transformer_mt.training.loop.time", FakeClock(0.25))
     cfg = config(100_000, *timed)
-    state = train(cfg, data_dir=prepared_multi30k, run_dir=tmp_path / "run")
+    state = train(cfg, data_dir=prepared_corpus, run_dir=tmp_path / "run")
     first, last = state["cooldown"]
     planned_at, seconds_then = state["cooldown_since"]
     assert 1 < planned_at < last == state["step"] and state["train_seconds"] <= 60
@@ -248,7 +248,7 @@ def test_a_timed_cooldown_ends_the_run_on_its_last_step_and_resumes_exactly(
     # with it: a run on a time budget ends where its clock says.)
     assert planned_at < replanned_at < last - 1
     monkeypatch.setattr("transformer_mt.training.loop.time", FakeClock(0.25))
-    stopped = train(config(replanned_at + 1, *timed), data_dir=prepared_multi30k,
+    stopped = train(config(replanned_at + 1, *timed), data_dir=prepared_corpus,
                     run_dir=tmp_path / "again")
     assert stopped["step"] == replanned_at + 1
     assert any("cooldown (to step" in r.getMessage() and "train.max_steps, " in r.getMessage()
@@ -256,13 +256,13 @@ def test_a_timed_cooldown_ends_the_run_on_its_last_step_and_resumes_exactly(
     assert stopped["cooldown"] == [first, last]
     assert stopped["cooldown_since"] == [planned_at, seconds_then]
     monkeypatch.setattr("transformer_mt.training.loop.time", FakeClock(0.25))
-    resumed = train(cfg, data_dir=prepared_multi30k, run_dir=tmp_path / "again")
+    resumed = train(cfg, data_dir=prepared_corpus, run_dir=tmp_path / "again")
     assert resumed["step"] == last
     assert weights_sha256(tmp_path / "again") == weights_sha256(tmp_path / "run")
 
 
 def test_the_last_step_is_validated_before_its_checkpoint_even_on_a_save_step(
-        prepared_multi30k, tmp_path):
+        prepared_corpus, tmp_path):
     # step 10 is a save step (every 5), not a validation step (every 4): the run still ends
     # with the last step's scores, and its checkpoint's state has them; a resume of the
     # finished run validates nothing again
@@ -271,23 +271,23 @@ def test_the_last_step_is_validated_before_its_checkpoint_even_on_a_save_step(
                                            .read_text().splitlines()) if row["kind"] == "valid"]
 
     cfg = config(10, "train.valid_every=4")
-    state = train(cfg, data_dir=prepared_multi30k, run_dir=tmp_path / "run")
+    state = train(cfg, data_dir=prepared_corpus, run_dir=tmp_path / "run")
     assert validated_steps() == [4, 8, 10]
     saved = json.loads((checkpoint_dirs(tmp_path / "run")[-1] / ck.STATE_FILE).read_text())
     assert saved["step"] == 10
     assert (saved["best_step"], saved["best_score"]) == (state["best_step"], state["best_score"])
-    train(cfg, data_dir=prepared_multi30k, run_dir=tmp_path / "run")
+    train(cfg, data_dir=prepared_corpus, run_dir=tmp_path / "run")
     assert validated_steps() == [4, 8, 10]
 
 
 def test_a_max_epochs_stop_on_a_save_step_writes_its_checkpoint_once(
-        prepared_multi30k, tmp_path, monkeypatch):
+        prepared_corpus, tmp_path, monkeypatch):
     # the epoch's last step is validated before it is saved, so it is saved once: a second save
     # of the same step would replace a complete checkpoint, not atomically; a resume of the
     # finished run neither trains, validates nor saves
     import transformer_mt.training.loop as train_module
 
-    epoch = train(config(0, "train.max_epochs=1"), data_dir=prepared_multi30k,
+    epoch = train(config(0, "train.max_epochs=1"), data_dir=prepared_corpus,
                   run_dir=tmp_path / "probe")["step"]
     saved_steps = []
 
@@ -297,28 +297,29 @@ def test_a_max_epochs_stop_on_a_save_step_writes_its_checkpoint_once(
 
     monkeypatch.setattr(train_module, "save_checkpoint", counting_save)
     cfg = config(0, "train.max_epochs=1", f"train.save_every={epoch}")
-    state = train(cfg, data_dir=prepared_multi30k, run_dir=tmp_path / "run")
+    state = train(cfg, data_dir=prepared_corpus, run_dir=tmp_path / "run")
     assert state["step"] == epoch and saved_steps == [epoch]
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text()
             .splitlines()]
     assert [row["step"] for row in rows if row["kind"] == "valid"] == [epoch]
     saved = json.loads((checkpoint_dirs(tmp_path / "run")[-1] / ck.STATE_FILE).read_text())
     assert saved["best_step"] == epoch
-    assert train(cfg, data_dir=prepared_multi30k, run_dir=tmp_path / "run")["step"] == epoch
+    assert train(cfg, data_dir=prepared_corpus, run_dir=tmp_path / "run")["step"] == epoch
     assert saved_steps == [epoch]
 
 
-def test_a_run_stopped_before_its_cooldown_ends_says_so(prepared_multi30k, tmp_path, caplog):
+def test_a_run_stopped_before_its_cooldown_ends_says_so(prepared_corpus, tmp_path, caplog):
     # the cooldown counts to train.max_steps; a run that stops earlier (here on max_epochs, as
     # on max_minutes) never reaches its end, and the log says how to finish it
     state = train(config(1000, "train.max_epochs=1", "train.lr_cooldown_steps=100"),
-                  data_dir=prepared_multi30k, run_dir=tmp_path / "run")
+                  data_dir=prepared_corpus, run_dir=tmp_path / "run")
     assert state["step"] < 1000
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert any(f"stopped at step {state['step']} of train.max_steps=1000" in w
                and "cooldown" in w for w in warnings), warnings
     caplog.clear()
-    train(config(state["step"], "train.lr_cooldown_steps=10"), data_dir=prepared_multi30k,
+    train(config(state["step"], f"train.lr_cooldown_steps={min(10, state['step'])}"),
+          data_dir=prepared_corpus,
           run_dir=tmp_path / "finished")
     assert not any("cooldown" in r.getMessage() for r in caplog.records)
 

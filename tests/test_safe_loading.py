@@ -106,10 +106,10 @@ def variants(marker: Path, valid: bytes, model) -> dict[str, bytes]:
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory, multi30k_vocab):
+def model_dir(tmp_path_factory, corpus_vocab):
     root = tmp_path_factory.mktemp("model")
     model = tiny_model(vocab_size=300)
-    save_model(model, root / "good", vocab_path=multi30k_vocab.path)
+    save_model(model, root / "good", vocab_path=corpus_vocab.path)
     return root / "good", model
 
 
@@ -144,11 +144,11 @@ def test_python_api_and_translate_refuse_every_bad_file(model_dir, tmp_path, cap
 
 
 @pytest.fixture(scope="module")
-def trained_run(prepared_multi30k, tmp_path_factory):
+def trained_run(prepared_corpus, tmp_path_factory):
     run = tmp_path_factory.mktemp("run") / "run"
     cfg = load_config("tiny", ["train.max_steps=2", "train.save_every=2", "train.threads=1",
                                "train.valid_bleu=false", "train.max_tokens=800"])
-    train(cfg, data_dir=prepared_multi30k, run_dir=run)
+    train(cfg, data_dir=prepared_corpus, run_dir=run)
     return run, cfg
 
 
@@ -160,7 +160,7 @@ def resign(path: Path) -> None:
 
 
 @pytest.mark.parametrize("target", [ck.WEIGHTS_FILE, ck.OPTIMIZER_FILE])
-def test_resume_and_average_refuse_every_bad_checkpoint(trained_run, prepared_multi30k, model_dir,
+def test_resume_and_average_refuse_every_bad_checkpoint(trained_run, prepared_corpus, model_dir,
                                                         tmp_path, capsys, target):
     run, cfg = trained_run
     good = checkpoint_dirs(run)[-1]
@@ -174,7 +174,7 @@ def test_resume_and_average_refuse_every_bad_checkpoint(trained_run, prepared_mu
         resign(bad)
         with Audited():
             with pytest.raises(ModelLoadError, match=re.escape(str(bad / target))):
-                train(cfg, data_dir=prepared_multi30k, run_dir=bad_run)
+                train(cfg, data_dir=prepared_corpus, run_dir=bad_run)
             if target == ck.WEIGHTS_FILE:
                 with pytest.raises(ModelLoadError, match=re.escape(str(bad / target))):
                     average_checkpoints([bad], tmp_path / "avg")

@@ -28,8 +28,8 @@ SENTENCES = [
 ]
 
 
-def test_batched_translation_keeps_order_and_equals_one_by_one(multi30k_vocab):
-    translator = make_translator(multi30k_vocab)
+def test_batched_translation_keeps_order_and_equals_one_by_one(corpus_vocab):
+    translator = make_translator(corpus_vocab)
     translator.decode_cfg = DecodeConfig(batch_size=2, max_length_offset=8)
     batched = translator.translate_nbest(SENTENCES)
     for sentence, result in zip(SENTENCES, batched, strict=True):
@@ -39,53 +39,53 @@ def test_batched_translation_keeps_order_and_equals_one_by_one(multi30k_vocab):
     assert translator.translate(SENTENCES) == [r[0].text for r in batched]
 
 
-def test_progress_counts_sentences_after_each_batch(multi30k_vocab):
-    translator = make_translator(multi30k_vocab)
+def test_progress_counts_sentences_after_each_batch(corpus_vocab):
+    translator = make_translator(corpus_vocab)
     translator.decode_cfg = DecodeConfig(batch_size=2, max_length_offset=4)
     done = []
     results = translator.translate_nbest(SENTENCES, progress=done.append)
     assert done == [2, 4, 5] and len(results) == len(SENTENCES)
 
 
-def test_from_dir_round_trip(tmp_path, multi30k_vocab):
-    translator = make_translator(multi30k_vocab)
-    save_model(translator.model, tmp_path, vocab_path=multi30k_vocab.path)
+def test_from_dir_round_trip(tmp_path, corpus_vocab):
+    translator = make_translator(corpus_vocab)
+    save_model(translator.model, tmp_path, vocab_path=corpus_vocab.path)
     loaded = Translator.from_dir(tmp_path, beam_size=2, max_length_offset=6)
     assert loaded.decode_cfg.beam_size == 2
     translator.decode_cfg = loaded.decode_cfg
     assert loaded.translate(SENTENCES) == translator.translate(SENTENCES)
 
 
-def test_too_long_sentence_is_an_error_naming_it(multi30k_vocab):
-    translator = make_translator(multi30k_vocab)
+def test_too_long_sentence_is_an_error_naming_it(corpus_vocab):
+    translator = make_translator(corpus_vocab)
     with pytest.raises(ValueError, match="sentence 2 has .* at most 46"):
         translator.translate(["Two dogs.", "dog " * 60])
 
 
-def test_vocabulary_size_must_match_model(multi30k_vocab):
-    model = Transformer(ModelConfig(vocab_size=len(multi30k_vocab) + 1, d_model=32, n_heads=4,
+def test_vocabulary_size_must_match_model(corpus_vocab):
+    model = Transformer(ModelConfig(vocab_size=len(corpus_vocab) + 1, d_model=32, n_heads=4,
                                     d_ff=64, n_encoder_layers=1, n_decoder_layers=1))
     with pytest.raises(ValueError, match="pieces, the model expects"):
-        Translator(model, multi30k_vocab)
+        Translator(model, corpus_vocab)
 
 
-def test_vocabulary_round_trip_and_special_ids(multi30k_vocab):
-    text = "Two young guys with shaggy hair look at their hands."
-    ids = multi30k_vocab.encode(text)
-    assert multi30k_vocab.decode(ids) == text
+def test_vocabulary_round_trip_and_special_ids(corpus_vocab):
+    text = "small girl sees a big ball! klein mädchen sieht groß ball!"
+    ids = corpus_vocab.encode(text)
+    assert corpus_vocab.decode(ids) == text
     assert min(ids) > 3  # 0..3 are pad, unk, bos, eos and never produced by encode
 
 
-def test_int8_decoding_approximates_float_and_leaves_the_model_alone(multi30k_vocab):
-    translator = make_translator(multi30k_vocab)
+def test_int8_decoding_approximates_float_and_leaves_the_model_alone(corpus_vocab):
+    translator = make_translator(corpus_vocab)
     model = translator.model
     n_linear = sum(type(m) is torch.nn.Linear for m in model.modules())
-    int8 = Translator(model, multi30k_vocab, DecodeConfig(int8=True, max_length_offset=8))
+    int8 = Translator(model, corpus_vocab, DecodeConfig(int8=True, max_length_offset=8))
     quantized = [m for m in int8.model.modules() if isinstance(m, Int8Linear)]
     assert len(quantized) == n_linear == 2 * (4 + 2) + 2 * (8 + 2) + 1  # attention, FFN, output
     assert sum(type(m) is torch.nn.Linear for m in model.modules()) == n_linear  # a copy
     torch.manual_seed(1)
-    src, tgt = torch.randint(4, len(multi30k_vocab), (3, 9)), torch.randint(4, 100, (3, 7))
+    src, tgt = torch.randint(4, len(corpus_vocab), (3, 9)), torch.randint(4, 100, (3, 7))
     with torch.no_grad():
         exact, approx = model(src, tgt), int8.model(src, tgt)
     assert 0 < (approx - exact).norm() / exact.norm() < 0.05
@@ -108,14 +108,14 @@ def test_int8_linear_is_bitwise_torch_ao_dynamic_quantisation():
             assert torch.equal(Int8Linear(reference)(x), reference(x))
 
 
-def test_int8_is_cpu_only_and_not_with_bf16(multi30k_vocab):
+def test_int8_is_cpu_only_and_not_with_bf16(corpus_vocab):
     with pytest.raises(ValueError, match="bf16 and decode.int8 are exclusive"):
         DecodeConfig(int8=True, bf16=True)
     with torch.device("meta"):
-        model = Transformer(ModelConfig(vocab_size=len(multi30k_vocab), d_model=32, n_heads=4,
+        model = Transformer(ModelConfig(vocab_size=len(corpus_vocab), d_model=32, n_heads=4,
                                         d_ff=64, n_encoder_layers=1, n_decoder_layers=1))
     with pytest.raises(ValueError, match="int8 runs on the CPU only"):
-        Translator(model, multi30k_vocab, DecodeConfig(int8=True))
+        Translator(model, corpus_vocab, DecodeConfig(int8=True))
 
 
 def test_ensemble_step_is_the_mean_of_the_members_probabilities_with_and_without_cache():
@@ -136,11 +136,11 @@ def test_ensemble_step_is_the_mean_of_the_members_probabilities_with_and_without
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
 
 
-def test_ensemble_of_one_model_twice_translates_as_that_model(tmp_path, multi30k_vocab):
-    translator = make_translator(multi30k_vocab)
+def test_ensemble_of_one_model_twice_translates_as_that_model(tmp_path, corpus_vocab):
+    translator = make_translator(corpus_vocab)
     translator.decode_cfg = DecodeConfig(beam_size=3, n_best=2, max_length_offset=8)
     for name in ("a", "b"):
-        save_model(translator.model, tmp_path / name, vocab_path=multi30k_vocab.path)
+        save_model(translator.model, tmp_path / name, vocab_path=corpus_vocab.path)
     pair = Translator.from_dirs([tmp_path / "a", tmp_path / "b"], beam_size=3, n_best=2,
                                 max_length_offset=8)
     assert isinstance(pair.model, Ensemble)
@@ -150,14 +150,14 @@ def test_ensemble_of_one_model_twice_translates_as_that_model(tmp_path, multi30k
         assert [t.score for t in together] == pytest.approx([t.score for t in alone], abs=1e-4)
 
 
-def test_ensemble_members_must_share_vocabulary_and_special_ids(tmp_path, multi30k_vocab):
-    translator = make_translator(multi30k_vocab)
-    save_model(translator.model, tmp_path / "a", vocab_path=multi30k_vocab.path)
-    save_model(translator.model, tmp_path / "b", vocab_path=multi30k_vocab.path)
+def test_ensemble_members_must_share_vocabulary_and_special_ids(tmp_path, corpus_vocab):
+    translator = make_translator(corpus_vocab)
+    save_model(translator.model, tmp_path / "a", vocab_path=corpus_vocab.path)
+    save_model(translator.model, tmp_path / "b", vocab_path=corpus_vocab.path)
     (tmp_path / "b" / "sentencepiece.model").write_bytes(b"another vocabulary")
     with pytest.raises(ValueError, match="b/sentencepiece.model differs from .*a/sentencepiece"):
         Translator.from_dirs([tmp_path / "a", tmp_path / "b"])
-    other = Transformer(ModelConfig(vocab_size=len(multi30k_vocab), d_model=32, n_heads=4,
+    other = Transformer(ModelConfig(vocab_size=len(corpus_vocab), d_model=32, n_heads=4,
                                     d_ff=64, n_encoder_layers=1, n_decoder_layers=1, eos_id=4))
     with pytest.raises(ValueError, match="member 2 has eos_id 4, member 1 has 3"):
         Ensemble([translator.model, other])
