@@ -4,7 +4,7 @@ values in bf16 (translate --kv-bf16, in fp32 and with --int8), on this machine.
 
     python benchmarks/multi30k/decode_precision.py --model runs/multi30k-en-de/run \\
         --data ../shared/data --pair en-de \\
-        --json benchmarks/results/multi30k-en-de/decode_precision.json
+        --json benchmarks/results/multi30k-en-de-tiny-prenorm/decode_precision.json
 """
 
 from __future__ import annotations

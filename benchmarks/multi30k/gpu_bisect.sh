@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Why does the Wu et al. tiny recipe (post-norm, peak lr 0.005) stall at ~10 val BLEU? Seven
 # 2,000-step variants at once on one GPU, each changing one thing. Results:
-# benchmarks/results/multi30k-sweep/bisect.txt (validation: step, BLEU, loss).
+# benchmarks/results/multi30k-recipe-sweep-gpu/bisect.txt (validation: step, BLEU, loss).
 # Usage: OUT=DIR benchmarks/multi30k/gpu_bisect.sh
 set -u
 export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1 OMP_NUM_THREADS=2

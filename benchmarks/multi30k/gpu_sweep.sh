@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The first sweep (benchmarks/results/multi30k-sweep/README.md): seven Multi30k en->de recipes
+# The first sweep (benchmarks/results/multi30k-recipe-sweep-gpu/README.md): seven Multi30k en->de recipes
 # at the step counts the 2-core CPU fits in ~85 minutes (small: ~4,500; tiny: ~8,000), at once
 # on one GPU, through gpu_variants.sh. Usage: OUT=DIR benchmarks/multi30k/gpu_sweep.sh
 B=benchmarks/multi30k

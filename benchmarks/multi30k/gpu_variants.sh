@@ -2,7 +2,7 @@
 # Multi30k en->de recipes trained at once on one GPU for the number of steps the 2-core CPU fits
 # in its 90 minutes; each is averaged over its last 5 checkpoints (250 steps apart) and, like its
 # last checkpoint, scored on test_2016_flickr with tokenized lowercased BLEU. A GPU takes minutes
-# to say which recipe is worth the CPU's 90. Results: benchmarks/results/multi30k-sweep/.
+# to say which recipe is worth the CPU's 90. Results: benchmarks/results/multi30k-recipe-sweep-gpu/.
 # Usage: OUT=DIR benchmarks/multi30k/gpu_variants.sh "NAME DATA CONFIG STEPS [--overrides...]" ...
 #   DATA: cased (multi30k train/val) or lc (the literature's tok/*.lc.norm.tok files)
 #   e.g. OUT=/tmp/o benchmarks/multi30k/gpu_variants.sh \

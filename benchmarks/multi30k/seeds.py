@@ -2,8 +2,8 @@
 the score follows the steps a run got in its wall time. Reads the results.json that report.py
 wrote for each run; prints a table and the statistics the README quotes, and writes them as JSON.
 
-    python benchmarks/multi30k/seeds.py benchmarks/results/multi30k-en-de-drop \
-        benchmarks/results/multi30k-en-de-drop-seed{2,3,4,5,6,7,8} [--json OUT.json]
+    python benchmarks/multi30k/seeds.py benchmarks/results/multi30k-en-de-best-recipe-seed1 \
+        benchmarks/results/multi30k-en-de-best-recipe-seed{2,3,4,5,6,7,8} [--json OUT.json]
 
 Scores are test_2016_flickr, tokenized lowercased BLEU (the Multi30k literature's protocol) and
 sacreBLEU; the kNN-MT figures only for the runs where knn.sh ran.

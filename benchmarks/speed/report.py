@@ -1,7 +1,7 @@
 """Aggregate run.sh's raw JSONL (one line per process) into results.json and a markdown table:
 medians and min-max over the runs, and our ratios to the peers.
 
-    python benchmarks/speed/report.py benchmarks/results/speed
+    python benchmarks/speed/report.py benchmarks/results/archive/speed
 """
 
 from __future__ import annotations

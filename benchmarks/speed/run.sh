@@ -2,7 +2,7 @@
 # Every engine side by side on this machine, each configuration in its own process, RUNS times;
 # then report.py writes results.json and README.md beside the raw JSONL.
 # Usage: benchmarks/speed/run.sh DATA_DIR [OUT_DIR] [RUNS] [SHAPES] [PARTS]
-#   e.g. benchmarks/speed/run.sh runs/multi30k-en-de/data benchmarks/results/speed 3 "small base"
+#   e.g. benchmarks/speed/run.sh runs/multi30k-en-de/data benchmarks/results/archive/speed 3 "small base"
 #   PARTS: "train decode" (default), or one of them
 #   TRAIN_SPECS / DECODE_SPECS (environment, ";"-separated) replace the engine lists below,
 #   e.g. TRAIN_SPECS="ours fp32;marian fp32"
@@ -11,7 +11,7 @@
 # DATA_DIR: Multi30k en-de prepared with an 8k vocabulary (benchmarks/multi30k/run.sh makes one).
 set -euo pipefail
 DATA=$1
-OUT=${2:-benchmarks/results/speed}
+OUT=${2:-benchmarks/results/archive/speed}
 RUNS=${3:-3}
 SHAPES=${4:-small base}
 PARTS=${5:-train decode}

@@ -78,7 +78,7 @@ class ModelConfig:
     layer_norm_eps: float = 1e-6  # tensor2tensor's value; the paper does not state one
     # Glorot-uniform gain of W^Q, W^K, W^V (the paper states no initialisation): 1 as
     # tensor2tensor; fairseq uses 1/sqrt(2), which post-norm at high learning rates needs
-    # (benchmarks/results/multi30k-sweep).
+    # (benchmarks/results/multi30k-recipe-sweep-gpu).
     qkv_init_gain: float = 1.0
     # False: post-norm LayerNorm(x + Sublayer(x)) as in the paper.
     # True is a deviation (pre-norm, with a final LayerNorm on each stack).

@@ -4,7 +4,7 @@ bf16 autocast makes CPU training and decoding faster only where oneDNN has fast 
 instructions: AVX-512 BF16 on AMD Zen 4 and 5 (about 4x float32 on the 2-core Zen 5 where the
 Multi30k runs trained), AMX on Intel Xeon since Sapphire Rapids. Elsewhere bf16 products run no
 faster than float32, or slower: 0.6x on a 2-core Intel Xeon (model 207) that has AVX-512 BF16
-but whose hypervisor does not expose AMX (benchmarks/results/speed-xeon). About 60 ms of matrix
+but whose hypervisor does not expose AMX (benchmarks/results/archive/speed-xeon). About 60 ms of matrix
 products, once per process, tell which, so that `train.bf16` and `decode.bf16` warn instead of
 silently running slower, and `train.bf16=auto` chooses.
 

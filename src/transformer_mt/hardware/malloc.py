@@ -13,7 +13,7 @@ without, 5,000 with; 0.49 s a step without, 0.44 with. The cost is memory: freed
 blocks stay with the process, and torch's 64-byte-aligned allocations (posix_memalign) leave
 gaps that glibc cannot reuse for a block of the same size: resident memory after 65 steps
 2.2 GB instead of 1.8. Long runs grow further, tuned or not (Transformer-tiny from step 50 to
-650: 1.7 to 3.3 GB tuned, 1.9 to 3.2 GB untuned; benchmarks/results/memory-growth). Opt out
+650: 1.7 to 3.3 GB tuned, 1.9 to 3.2 GB untuned; benchmarks/results/training-memory-growth). Opt out
 where memory matters more than the ~10 %.
 
 Skipped where the C library is not glibc, where the user set MALLOC_MMAP_THRESHOLD_ or

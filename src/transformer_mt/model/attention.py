@@ -41,7 +41,7 @@ def written_out_attention(q_BHTK: Tensor, k_BHLK: Tensor, v_BHLV: Tensor, mask: 
                           dropout_p: float = 0.0) -> Tensor:
     """Eq. (1) in matrix products, the softmax in fp32. The weights' dropout is the model's
     (dropout.py): F.dropout's bernoulli kernel took 4 % of a Transformer-tiny bf16 step with
-    attention dropout 0.1 (benchmarks/results/speed-tiny-step)."""
+    attention dropout 0.1 (benchmarks/results/archive/speed-tiny-step)."""
     scores_BHTL = (q_BHTK @ k_BHLK.transpose(-2, -1)).mul_(1 / math.sqrt(q_BHTK.size(-1)))
     if mask is not None:  # an additive -inf bias: adding is faster here than masked_fill
         bias = torch.zeros(mask.shape, dtype=scores_BHTL.dtype, device=mask.device)
@@ -62,7 +62,7 @@ def written_out(q_BHTK: Tensor) -> bool:
       greedy decoding at batch 64 in bf16 (64 x 4 x 1); fewer rows (one sentence; fp32 greedy)
       were up to 3x faster fused (`benchmarks/speed/attention_paths.py` on a Zen 4: beam-4
       decoding at batch 64 then ran 1.05-1.09x faster in fp32 and int8, 1.2x in bf16;
-      benchmarks/results/speed-kv-tight). On a 2-core Xeon, bf16 beam-4 decoding written out
+      benchmarks/results/archive/speed-kv-tight). On a 2-core Xeon, bf16 beam-4 decoding written out
       was once 0.82x as fast (before the caches were tight): the best choice may differ by CPU.
     In fp32 training the fused kernel was faster (forward and backward 1.8-2.3x) and is kept;
     on a GPU always."""
@@ -78,7 +78,7 @@ def attention_kernels(device: torch.device) -> contextlib.AbstractContextManager
     """The fused attention kernels allowed on `device`, for training and decoding: on CUDA not
     cuDNN's, which torch picks for bf16/fp16 on Hopper and which plans each new shape on the
     CPU (~9 ms a call on an H200): bf16 training steps ran 1.8x slower than fp32 on token-budget
-    batches (benchmarks/results/gpu), and a decoding step has a new key length at every layer.
+    batches (benchmarks/results/gpu-training-throughput), and a decoding step has a new key length at every layer.
     Elsewhere torch's own choice."""
     if device.type != "cuda":
         return contextlib.nullcontext()
@@ -106,7 +106,7 @@ class KVCache:
     search moving hypotheses between rows, finished sentences leaving) copies the kept rows'
     filled positions into a new buffer with one position to spare, so that attention reads
     keys and values that are contiguous: read from the first positions of a larger buffer
-    they took twice as long (beam 4, batch 64, small shape; benchmarks/results/speed-kv-tight).
+    they took twice as long (beam 4, batch 64, small shape; benchmarks/results/archive/speed-kv-tight).
     dtype: kept in that dtype (e.g. bfloat16: half the bytes to move) instead of the
     projections'."""
 
