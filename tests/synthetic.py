@@ -45,14 +45,17 @@ def write_corpus(root: Path, *, seed: int = 0) -> Path:
 
 
 def write_multi30k_layout(root: Path, *, seed: int = 0) -> Path:
-    """The same corpus in Multi30k's layout (`multi30k/{train,val,test_2016_flickr}.{en,de}.gz`),
-    for commands that read `--dataset multi30k --data-dir ROOT`."""
+    """The same corpus in Multi30k's layout (`multi30k/{train,val,test_2016_flickr}.{en,de}.gz`
+    and the tokenized lowercased `multi30k/tok/*.lc.norm.tok.*.gz`, the same text: it is
+    lowercase and space-separated already), for commands that read `--dataset multi30k
+    --data-dir ROOT`."""
     names = {"train": "train", "valid": "val", "test": "test_2016_flickr"}
     plain = write_corpus(root / "plain", seed=seed)
     out = root / "multi30k"
-    out.mkdir(parents=True, exist_ok=True)
+    (out / "tok").mkdir(parents=True, exist_ok=True)
     for split, name in names.items():
         for lang in ("en", "de"):
-            text = (plain / f"{split}.{lang}").read_bytes()
-            (out / f"{name}.{lang}.gz").write_bytes(gzip.compress(text, mtime=0))
+            text = gzip.compress((plain / f"{split}.{lang}").read_bytes(), mtime=0)
+            (out / f"{name}.{lang}.gz").write_bytes(text)
+            (out / "tok" / f"{name}.lc.norm.tok.{lang}.gz").write_bytes(text)
     return root
