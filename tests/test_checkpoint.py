@@ -163,3 +163,27 @@ def test_keep_last_never_deletes_the_newest_valid(tmp_path, vocab_file):
     (bogus / "state.json").write_text(json.dumps({"step": 90}))
     newest = save(tmp_path, model, opt, 50, vocab_file, keep_last=1)
     assert newest.exists() and latest_checkpoint(tmp_path) == newest
+
+
+def test_average_is_the_elementwise_mean_of_the_checkpoints(tmp_path, vocab_file):
+    from transformer_mt import load_model
+    from transformer_mt.storage.model_dir import CONFIG_FILE, save_model
+
+    models = [tiny_model(seed=s) for s in (1, 2, 3)]
+    with torch.no_grad():  # one hand-built member: its k-th parameter is all k
+        for k, p in enumerate(models[0].parameters()):
+            p.fill_(float(k))
+    dirs = [save_model(m, tmp_path / f"step_{i}", vocab_path=vocab_file)
+            for i, m in enumerate(models)]
+    ck.average_checkpoints(dirs, tmp_path / "avg")
+    averaged, _ = load_model(tmp_path / "avg")
+    states = [dict(m.named_parameters()) for m in models]
+    for name, p in averaged.named_parameters():
+        mean = (states[0][name].double() + states[1][name].double() +
+                states[2][name].double()) / 3
+        assert torch.equal(p.detach(), mean.float()), name
+        assert not torch.equal(p.detach(), states[2][name].detach())  # not just the last one
+    # three-way tying holds in the average, and the record names what was averaged
+    assert averaged.generator.weight is averaged.tgt_embed.tokens.weight
+    assert json.loads((tmp_path / "avg" / CONFIG_FILE).read_text())["averaged_from"] == \
+        ["step_0", "step_1", "step_2"]
