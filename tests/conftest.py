@@ -1,4 +1,5 @@
-"""Shared fixtures: tiny seeded models, a synthetic corpus the tests generate, and the real data\nin ../shared/data for the tests marked real_data."""
+"""Shared fixtures: tiny seeded models, a synthetic corpus the tests generate, and the real
+data in ../shared/data for the tests marked real_data."""
 
 import os
 import sys

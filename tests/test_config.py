@@ -81,7 +81,8 @@ def test_bad_overrides_name_the_key(override, message):
 
 
 def test_unknown_preset():
-    with pytest.raises(ConfigError, match="unknown preset 'huge'.*base, big, small, tiny"):
+    with pytest.raises(ConfigError,
+                       match="unknown preset 'huge'.*base, big, multi30k, small, tiny"):
         load_config("huge")
 
 
@@ -90,3 +91,21 @@ def test_validation_in_dataclass():
         ModelConfig(dropout=1.5)
     with pytest.raises(ValueError, match="eos_id"):
         ModelConfig(vocab_size=3)
+
+
+def test_the_multi30k_preset_is_the_recipe_of_the_recorded_runs():
+    """`--config multi30k` (the README's quickstart) is the recipe the best-recipe seeds trained
+    with: their recorded config.json, but for the seed and the length penalty chosen on val."""
+    import json
+
+    from conftest import REPO
+    from transformer_mt.config import config_to_dict, without_retired
+
+    recorded = json.loads((REPO / "benchmarks/results/multi30k-en-de-best-recipe-seed7"
+                           / "config.json").read_text())
+    preset = config_to_dict(load_config("multi30k", ["train.seed=7", "train.bf16=true"]))
+    recorded["model"]["vocab_size"] = preset["model"]["vocab_size"]  # set from the data
+    assert preset["model"] == recorded["model"] and preset["data"] == recorded["data"]
+    assert preset["train"] == recorded["train"]
+    decode = without_retired(recorded, "seed 7")["decode"]  # kNN-MT's and MBR's keys moved out
+    assert preset["decode"] == decode | {"length_penalty": 1.2}

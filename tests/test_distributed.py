@@ -39,6 +39,7 @@ def final_weights(run_dir):
     return read_weights(checkpoint_dirs(run_dir)[-1] / "model.safetensors")
 
 
+@pytest.mark.slow  # subprocesses killed and restarted: ~15-35 s
 def test_two_processes_equal_one_with_the_same_total_batch(prepared_corpus, tmp_path):
     steps = ["--train.max_steps=8", "--train.save_every=8"]
     run(command(prepared_corpus, tmp_path / "one", *steps, "--train.accumulate=2"))
@@ -54,6 +55,7 @@ def test_two_processes_equal_one_with_the_same_total_batch(prepared_corpus, tmp_
     assert state["world_size"] == 2 and state["step"] == 8
 
 
+@pytest.mark.slow  # subprocesses killed and restarted: ~15-35 s
 def test_kill9_of_a_torchrun_job_resumes_exactly(prepared_corpus, tmp_path):
     steps = ["--train.max_steps=24", "--train.save_every=4", "--model.dropout=0.1"]
     run(command(prepared_corpus, tmp_path / "straight", *steps, nproc=2))

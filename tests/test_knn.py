@@ -175,8 +175,8 @@ def test_cli_datastore_then_translate(prepared_corpus, corpus, tmp_path, capsys)
     assert len(outputs["knn"]) == 30
     assert outputs["lambda0"] == outputs["plain"] and outputs["knn"] != outputs["plain"]
 
-    other = save_model(tiny_model(seed=1, vocab_size=vocab_size(prepared_corpus)), tmp_path / "other",
-                       vocab_path=prepared_corpus / "sentencepiece.model")
+    other = save_model(tiny_model(seed=1, vocab_size=vocab_size(prepared_corpus)),
+                       tmp_path / "other", vocab_path=prepared_corpus / "sentencepiece.model")
     assert main(["translate", "--model", str(other), "--input", str(test_en),
                  "--datastore", str(store)]) == 2
     assert "built for the model with weights sha256" in capsys.readouterr().err

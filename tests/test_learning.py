@@ -54,7 +54,6 @@ def test_train_learns_the_synthetic_translation(prepared_corpus, corpus, tmp_pat
     learns the synthetic corpus's word-by-word translation with the faithful post-norm model:
     most held-out sentences come out exactly right."""
     from synthetic import translate
-
     from transformer_mt import Translator, load_config
     from transformer_mt.training.checkpoint import latest_checkpoint
     from transformer_mt.training.loop import train

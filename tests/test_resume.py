@@ -34,6 +34,7 @@ def sha256(path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+@pytest.mark.slow  # subprocesses killed and restarted: ~15-35 s
 def test_kill9_chaos_resumes_byte_identically(prepared_corpus, tmp_path):
     """5 SIGKILLs at random steps, some inside a save: the same final bytes, the same losses,
     no unloadable checkpoint (scripts/chaos_kill9.py; its 20-kill run is in benchmarks/results)."""

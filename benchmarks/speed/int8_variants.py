@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from transformer_mt import translator
+from transformer_mt.inference import quantize
 
 Q = torch.ops.quantized
 
@@ -92,11 +92,11 @@ def speed(data_dir: str, shape: str) -> None:
     n = sum(len(b) for b in batches)
     speeds = {name: [] for name in VARIANTS}
     for forward in VARIANTS.values():  # warm-up, and the caches of `unpacked`
-        translator.Int8Linear.forward = forward
+        quantize.Int8Linear.forward = forward
         engine.decode(batches[8], beam=4, length=30)
     for _ in range(int(os.environ.get("ROUNDS", 3))):
         for name, forward in VARIANTS.items():
-            translator.Int8Linear.forward = forward
+            quantize.Int8Linear.forward = forward
             start = time.perf_counter()
             for batch in batches:
                 engine.decode(batch, beam=4, length=30)
@@ -117,7 +117,7 @@ def quality(model_dir: str, src: str, ref: str) -> None:
     refs = [Path(ref).read_text(encoding="utf-8").splitlines()]
     outputs = {"float32": Translator.from_dir(model_dir).translate(sources)}
     for name, forward in VARIANTS.items():
-        translator.Int8Linear.forward = forward
+        quantize.Int8Linear.forward = forward
         for size in (32, 64, 100):
             model = Translator.from_dir(model_dir, int8=True, batch_size=size)
             outputs[f"{name}, batch {size}"] = model.translate(sources)

@@ -17,7 +17,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from engines import build, decoding_batches, decoding_config  # noqa: E402
 
-from transformer_mt import attention  # noqa: E402
+from transformer_mt.model import attention  # noqa: E402
 
 
 def reorder_before(self, index_B):
@@ -30,24 +30,29 @@ def written_out_before(q):
     return q.device.type == "cpu" and q.dtype == torch.bfloat16 and q.requires_grad
 
 
-data_dir, dtype, beam = sys.argv[1], sys.argv[2], int(sys.argv[3])
-shape = sys.argv[4] if len(sys.argv) > 4 else "small"
-variants = {"before": (reorder_before, written_out_before),
-            "after": (attention.KVCache.reorder, attention.written_out)}
-torch.manual_seed(0)
-engine = build("ours", decoding_config(shape), dtype=dtype, threads=torch.get_num_threads())
-batches = decoding_batches(data_dir, 64)
-n = sum(len(b) for b in batches)
-engine.decode(batches[8], beam=beam, length=30)
-speeds = {name: [] for name in variants}
-for _ in range(int(os.environ.get("ROUNDS", 5))):
-    for name, (reorder, written_out) in variants.items():
-        attention.KVCache.reorder, attention.written_out = reorder, written_out
-        start = time.perf_counter()
-        for batch in batches:
-            engine.decode(batch, beam=beam, length=30)
-        speeds[name].append(n / (time.perf_counter() - start))
-before, after = (statistics.median(speeds[n]) for n in variants)
-rounded = {name: [round(x, 1) for x in values] for name, values in speeds.items()}
-print(f"{shape} {dtype} beam {beam}: sentences/s before {before:.1f} {rounded['before']}, "
-      f"after {after:.1f} {rounded['after']}: after/before {after / before:.3f}")
+def main() -> None:
+    data_dir, dtype, beam = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    shape = sys.argv[4] if len(sys.argv) > 4 else "small"
+    variants = {"before": (reorder_before, written_out_before),
+                "after": (attention.KVCache.reorder, attention.written_out)}
+    torch.manual_seed(0)
+    engine = build("ours", decoding_config(shape), dtype=dtype, threads=torch.get_num_threads())
+    batches = decoding_batches(data_dir, 64)
+    n = sum(len(b) for b in batches)
+    engine.decode(batches[8], beam=beam, length=30)
+    speeds = {name: [] for name in variants}
+    for _ in range(int(os.environ.get("ROUNDS", 5))):
+        for name, (reorder, written_out) in variants.items():
+            attention.KVCache.reorder, attention.written_out = reorder, written_out
+            start = time.perf_counter()
+            for batch in batches:
+                engine.decode(batch, beam=beam, length=30)
+            speeds[name].append(n / (time.perf_counter() - start))
+    before, after = (statistics.median(speeds[n]) for n in variants)
+    rounded = {name: [round(x, 1) for x in values] for name, values in speeds.items()}
+    print(f"{shape} {dtype} beam {beam}: sentences/s before {before:.1f} {rounded['before']}, "
+          f"after {after:.1f} {rounded['after']}: after/before {after / before:.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -29,7 +29,8 @@ log = logging.getLogger(__name__)
 # that value loads without the key (with a warning); any other value cannot be honoured: an
 # error, as is the key in a config a user writes.
 ANY = "any value"
-_KNN_MOVED = "moved out of the core to examples/knn_mt/ (its cli.py translate takes --knn-* options)"
+_KNN_MOVED = ("moved out of the core to examples/knn_mt/ (its cli.py translate takes --knn-* "
+              "options)")
 RETIRED: dict[str, tuple[Any, str]] = {
     "decode.knn_eos": ("mix", "removed on 2026-11-28: kNN-MT mixes the end-of-sentence "
                               "probability like every other token's"),

@@ -1,16 +1,12 @@
 """How fast this CPU multiplies matrices today, and does bfloat16 pay on it?
 
 bf16 autocast makes CPU training and decoding faster only where oneDNN has fast bf16 matrix
-instructions: AVX-512 BF16 on AMD Zen 4 and 5 (about 4x float32 on the 2-core Zen 5 where the
-Multi30k runs trained), AMX on Intel Xeon since Sapphire Rapids. Elsewhere bf16 products run no
-faster than float32, or slower: 0.6x on a 2-core Intel Xeon (model 207) that has AVX-512 BF16
-but whose hypervisor does not expose AMX (benchmarks/results/archive/speed-xeon). About 60 ms of matrix
-products, once per process, tell which, so that `train.bf16` and `decode.bf16` warn instead of
-silently running slower, and `train.bf16=auto` chooses.
-
-The same products measure the machine: a shared 2-core machine ran one recipe at 6,500 to 8,700
-tokens/s on different days. `train` records the GFLOP/s it finds at each start in metrics.jsonl
-(kind "machine"), so that runs can be compared at equal compute.
+instructions (AVX-512 BF16 on AMD Zen 4 and 5, AMX on Intel Xeon since Sapphire Rapids);
+elsewhere bf16 products run no faster than float32, or far slower (docs/performance.md). About
+60 ms of matrix products, once per process, tell which, so that `train.bf16` and `decode.bf16`
+warn instead of silently running slower, and `train.bf16=auto` chooses. `train` records the
+GFLOP/s it finds at each start in metrics.jsonl (kind "machine"): the same machine's speed
+varies from day to day, and runs are compared at equal compute.
 """
 
 from __future__ import annotations
@@ -27,9 +23,8 @@ log = logging.getLogger(__name__)
 
 PROBE_SHAPE = (2048, 256, 1024)  # rows x inner x columns: a small model's FFN on a 2k-token batch
 SLOW = 0.9  # warn below this speed-up
-# train.bf16=auto chooses bf16 from this matmul speed-up on: a Transformer-tiny training step
-# ran 0.8x as fast in bf16 where the probe found 0.6 (2-core Xeon, no AMX) and 1.17x where it
-# found 2.2 (2-core Zen 4), so the step breaks even near 1.4.
+# train.bf16=auto chooses bf16 from this matmul speed-up on: a training step breaks even near
+# 1.4 (benchmarks/results/archive/speed-zen4, archive/speed-xeon).
 AUTO = 1.5
 
 

@@ -7,14 +7,9 @@ loss's fp32 blocks 16 MB; before the loss was fused, the bf16 logits and their g
 unmaps them when freed, and returns the top of its heap to the kernel past the trim threshold, so
 each step page-faults the same memory in again. Raising both thresholds keeps freed memory in the
 process for the next step, the effect of the jemalloc / tcmalloc LD_PRELOAD that PyTorch's CPU
-performance guide recommends, without another library. Measured on the 2-core Zen 5 with
-Transformer-tiny (FFN 512) bf16 steps on 4k-token Multi30k batches: 37,700 page faults a step
-without, 5,000 with; 0.49 s a step without, 0.44 with. The cost is memory: freed
-blocks stay with the process, and torch's 64-byte-aligned allocations (posix_memalign) leave
-gaps that glibc cannot reuse for a block of the same size: resident memory after 65 steps
-2.2 GB instead of 1.8. Long runs grow further, tuned or not (Transformer-tiny from step 50 to
-650: 1.7 to 3.3 GB tuned, 1.9 to 3.2 GB untuned; benchmarks/results/training-memory-growth). Opt out
-where memory matters more than the ~10 %.
+performance guide recommends, without another library: fewer page faults and faster steps, at
+the cost of memory that stays with the process (benchmarks/results/archive/speed-malloc,
+benchmarks/results/training-memory-growth). Opt out where memory matters more.
 
 Skipped where the C library is not glibc, where the user set MALLOC_MMAP_THRESHOLD_ or
 MALLOC_TRIM_THRESHOLD_ themselves, and with TRANSFORMER_MT_MALLOC=default.

@@ -40,8 +40,7 @@ def attention(q_BHTK: Tensor, k_BHLK: Tensor, v_BHLV: Tensor, mask: Tensor | Non
 def written_out_attention(q_BHTK: Tensor, k_BHLK: Tensor, v_BHLV: Tensor, mask: Tensor | None,
                           dropout_p: float = 0.0) -> Tensor:
     """Eq. (1) in matrix products, the softmax in fp32. The weights' dropout is the model's
-    (dropout.py): F.dropout's bernoulli kernel took 4 % of a Transformer-tiny bf16 step with
-    attention dropout 0.1 (benchmarks/results/archive/speed-tiny-step)."""
+    (dropout.py), cheaper than F.dropout's (benchmarks/results/archive/speed-tiny-step)."""
     scores_BHTL = (q_BHTK @ k_BHLK.transpose(-2, -1)).mul_(1 / math.sqrt(q_BHTK.size(-1)))
     if mask is not None:  # an additive -inf bias: adding is faster here than masked_fill
         bias = torch.zeros(mask.shape, dtype=scores_BHTL.dtype, device=mask.device)
@@ -51,21 +50,12 @@ def written_out_attention(q_BHTK: Tensor, k_BHLK: Tensor, v_BHLV: Tensor, mask: 
 
 
 def written_out(q_BHTK: Tensor) -> bool:
-    """Whether eq. (1) is written out instead of fused, by what ran faster on 2-core CPUs:
-    - training in bf16: the fused kernel took 4x as long for a training batch's forward and
-      backward (160 sentences x 4 heads x 26 x 26: 30 ms against 7.5, Zen 5); whole bf16 steps
-      ran 1.05-1.11x faster written out, with ~400 MiB less peak memory at base;
-    - without autograd (decoding, validation), from 1,024 query rows (batch x heads x queries)
-      in fp32 and 256 in bf16: beam 4 at batch 64 (the decoder's self-attention, 256 rows x 4
-      heads x 1 query, and its cross-attention, whose queries are a sentence's 4 beams) and the
-      encoder at batch 64 ran 1.1-1.9x (fp32) and 1.6-5x (bf16) faster written out, as did
-      greedy decoding at batch 64 in bf16 (64 x 4 x 1); fewer rows (one sentence; fp32 greedy)
-      were up to 3x faster fused (`benchmarks/speed/attention_paths.py` on a Zen 4: beam-4
-      decoding at batch 64 then ran 1.05-1.09x faster in fp32 and int8, 1.2x in bf16;
-      benchmarks/results/archive/speed-kv-tight). On a 2-core Xeon, bf16 beam-4 decoding written out
-      was once 0.82x as fast (before the caches were tight): the best choice may differ by CPU.
-    In fp32 training the fused kernel was faster (forward and backward 1.8-2.3x) and is kept;
-    on a GPU always."""
+    """Whether eq. (1) is written out instead of fused: on CPUs, in bf16 training (torch's
+    fused CPU backward is slow there) and, without autograd, from 1,024 query rows (batch x
+    heads x queries) in fp32 and 256 in bf16, where the written-out products ran faster;
+    fused for fewer rows, in fp32 training and on GPUs. Measured by
+    `benchmarks/speed/attention_paths.py` (benchmarks/results/archive/speed-kv-tight,
+    archive/speed-train-bf16attn); the best choice may differ by CPU."""
     if q_BHTK.device.type != "cpu":
         return False
     if q_BHTK.requires_grad:
@@ -75,11 +65,9 @@ def written_out(q_BHTK: Tensor) -> bool:
 
 
 def attention_kernels(device: torch.device) -> contextlib.AbstractContextManager:
-    """The fused attention kernels allowed on `device`, for training and decoding: on CUDA not
-    cuDNN's, which torch picks for bf16/fp16 on Hopper and which plans each new shape on the
-    CPU (~9 ms a call on an H200): bf16 training steps ran 1.8x slower than fp32 on token-budget
-    batches (benchmarks/results/gpu-training-throughput), and a decoding step has a new key length at every layer.
-    Elsewhere torch's own choice."""
+    """The fused attention kernels allowed on `device`: on CUDA not cuDNN's, which plans each
+    new shape on the CPU, and token-budget batches and decoding steps are new shapes all the
+    time (benchmarks/results/gpu-training-throughput). Elsewhere torch's own choice."""
     if device.type != "cuda":
         return contextlib.nullcontext()
     return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
@@ -105,8 +93,7 @@ class KVCache:
     step copies only the new position, into a buffer that grows by doubling. A reorder (beam
     search moving hypotheses between rows, finished sentences leaving) copies the kept rows'
     filled positions into a new buffer with one position to spare, so that attention reads
-    keys and values that are contiguous: read from the first positions of a larger buffer
-    they took twice as long (beam 4, batch 64, small shape; benchmarks/results/archive/speed-kv-tight).
+    keys and values that are contiguous (benchmarks/results/archive/speed-kv-tight).
     dtype: kept in that dtype (e.g. bfloat16: half the bytes to move) instead of the
     projections'."""
 

@@ -31,9 +31,7 @@ class Dropout(nn.Module):
     """Dropout (§5.4): in training, zero each element with probability p and scale the rest by
     1 / (1 - p); the identity in eval mode. The mask compares 16-bit random numbers with
     p * 2^16 (rounded: 0.1 acts as 0.1000061), four of them cut from each 64-bit draw of the
-    generator: on a 2-core Zen 5, torch.rand's float per element took ~10 % of a
-    Transformer-tiny training step (nn.Dropout's bernoulli kernel 2.4x that); with this mask the
-    bf16 step ran 1.15x faster (the same batches, the two masks alternating in one process)."""
+    generator: cheaper than a float per element (benchmarks/results/archive/speed-malloc)."""
 
     def __init__(self, p: float):
         super().__init__()

@@ -350,7 +350,7 @@ class Transformer(nn.Module):
     def pre_softmax(self, x_BTD: Tensor, weight_DV: Tensor | None = None) -> Tensor:
         """The pre-softmax linear (§3.4). Incremental decoding passes its cache's contiguous
         transposed copy of the weight, made once a batch by new_cache: x @ W^T then reads W^T
-        row by row (greedy decoding 1.09x, beam 1.035x faster on the 2-core CPU). The copy
+        row by row (benchmarks/results/archive/speed-decode). The copy
         lives no longer than its batch: a copy kept on the model went stale after updates by
         fused Adam, which does not bump the weight's version counter."""
         if weight_DV is None:  # autograd, no cache, or an int8 copy's quantised layer

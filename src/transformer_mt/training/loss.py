@@ -107,10 +107,9 @@ class ProjectedLabelSmoothedNLL(torch.autograd.Function):
 
 
 def row_blocks(n: int, width: int, dtype: torch.dtype, device: str) -> list[slice]:
-    """Row slices whose logits take about 16 MB in the matmul's dtype on CPU: 1,048 rows of an
-    8k vocabulary in bf16 (with 524 the Transformer-tiny bf16 step was 6 % slower than with the
-    unfused loss; with 1,048 as fast, in-process A/B), 524 in fp32 (less memory: base fp32 peak
-    RSS 3,994 MiB against 4,031 with 1,048 rows). One slice on GPUs, where the extra kernel
-    launches would cost more."""
+    """Row slices whose logits take about 16 MB in the matmul's dtype on CPU (1,048 rows of an
+    8k vocabulary in bf16, 524 in fp32: as fast as larger blocks, less memory;
+    benchmarks/results/archive/speed-fused). One slice on GPUs, where the extra kernel launches
+    would cost more."""
     size = n if device == "cuda" else max(1, (16 << 20) // (width * dtype.itemsize))
     return [slice(i, min(i + size, n)) for i in range(0, n, size)]

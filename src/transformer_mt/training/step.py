@@ -15,10 +15,8 @@ from .loss import label_smoothed_nll
 
 def make_optimizer(model: nn.Module, tcfg: TrainConfig) -> torch.optim.Adam:
     """Adam (§5.3); the learning rate is set before every step. fused: one pass over each
-    parameter for the whole update, no temporaries (torch's default, foreach, makes one pass per
-    operation over all parameters and a temporary the size of the model): on the 2-core Xeon
-    36 ms a step against 162 at the base shape, 7 against 29 at the small shape, the same
-    parameters to 3e-8 after 30 steps."""
+    parameter for the whole update and no temporaries, several times faster than torch's
+    default on CPUs (benchmarks/results/archive/speed-xeon-adam)."""
     return torch.optim.Adam(model.parameters(), lr=0.0, betas=(tcfg.adam_beta1, tcfg.adam_beta2),
                             eps=tcfg.adam_eps, fused=True)
 
