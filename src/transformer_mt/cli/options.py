@@ -16,8 +16,8 @@ def add_config_options(parser: argparse.ArgumentParser, cls: type, section: str)
     """One option per `option` field of dataclass `cls`; given values land in
     `args.<section>.<field>` (see `given`), absent ones stay None and the config decides."""
     hints = typing.get_type_hints(cls)
-    group = parser.add_argument_group(f"{section} options ({cls.__name__}; defaults as "
-                                      "the model directory or config says)")
+    group = parser.add_argument_group(f"{section} options ({cls.__name__}; unset ones come "
+                                      "from the config or model directory, else the default)")
     for f in dataclasses.fields(cls):
         if "help" not in f.metadata:
             continue
@@ -30,7 +30,7 @@ def add_config_options(parser: argparse.ArgumentParser, cls: type, section: str)
         elif typing.get_origin(hint) is Literal:
             kwargs["choices"] = typing.get_args(hint)
         else:
-            kwargs["type"] = hint
+            kwargs["type"], kwargs["metavar"] = hint, f.name.upper()
         flags = [flag] if flag == "--" + f.name.replace("_", "-") else \
             [flag, "--" + f.name.replace("_", "-")]
         group.add_argument(*flags, **kwargs)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+import textwrap
 from pathlib import Path
 
 from ..config import Config, load_config, preset_names
@@ -32,12 +33,13 @@ def add_parser(sub) -> None:
 
 def config_keys() -> str:
     """The --section.key=value keys with the base preset's defaults, for --help."""
-    lines = ["config keys (--section.key=value; defaults of the dataclasses, the base model; "
-             "docs/training.md explains them):"]
+    lines = ["config keys (--section.key=value) with the dataclasses' defaults, the paper's base "
+             "model; src/transformer_mt/config.py explains each:"]
     for section in dataclasses.fields(Config):
         values = dataclasses.asdict(getattr(Config(), section.name))
         keys = ", ".join(f"{key}={value}" for key, value in values.items())
-        lines.append(f"  {section.name}: {keys}")
+        lines += textwrap.wrap(f"{section.name}: {keys}", width=96, initial_indent="  ",
+                               subsequent_indent="      ")
     return "\n".join(lines)
 
 
