@@ -26,8 +26,9 @@ if __package__ in (None, ""):  # run as a script: the examples folder on the pat
 
 from knn_mt.knn import Datastore, KnnConfig, KnnModel, build_datastore  # noqa: E402
 from transformer_mt import Translator  # noqa: E402
+from transformer_mt.cli.main import run_command  # noqa: E402
 from transformer_mt.cli.options import add_config_options, given  # noqa: E402
-from transformer_mt.config import ConfigError, DecodeConfig  # noqa: E402
+from transformer_mt.config import DecodeConfig  # noqa: E402
 from transformer_mt.evaluation.bleu import read_text  # noqa: E402
 from transformer_mt.storage.files import sha256_file  # noqa: E402
 from transformer_mt.storage.model_dir import WEIGHTS_FILE  # noqa: E402
@@ -89,13 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    try:
-        return args.run(args)
-    except (ConfigError, ValueError, OSError) as err:
-        print(f"knn_mt {args.command}: error: {err}", file=sys.stderr)
-        return 2
+    return run_command(build_parser().parse_args(argv), prog="knn_mt")
 
 
 if __name__ == "__main__":

@@ -35,13 +35,19 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if dotted:
         args.overrides = [*args.overrides, *(d.removeprefix("--") for d in dotted)]
+    return run_command(args, prog="transformer-mt")
+
+
+def run_command(args: argparse.Namespace, *, prog: str) -> int:
+    """Run the parsed command `args.run` with logging and malloc set up; bad input (a config,
+    a file, a value) is a one-line error naming it and exit code 2, not a traceback."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s",
                         datefmt="%H:%M:%S")
     tune_malloc()
     try:
         return args.run(args)
     except (ConfigError, ValueError, OSError) as err:
-        print(f"transformer-mt {args.command}: error: {err}", file=sys.stderr)
+        print(f"{prog} {args.command}: error: {err}", file=sys.stderr)
         return 2
 
 
