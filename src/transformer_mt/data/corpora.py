@@ -26,11 +26,9 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .text import DataError
-
-from .prepare import SplitFiles
-
 from ..storage.files import sha256_file
+from .prepare import SplitFiles
+from .text import DataError
 
 log = logging.getLogger(__name__)
 
