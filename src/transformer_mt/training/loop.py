@@ -236,7 +236,7 @@ class LossWindow:
         values = {"loss": self.loss / n, "nll": self.nll / n, "lr": lr,
                   "tokens_per_s": self.tokens / (now - self.start),
                   "epoch": state["epoch"], "nonfinite_steps": state["nonfinite_steps"]}
-        self.__init__(now)
+        self.start, self.tokens, self.loss_tokens, self.loss, self.nll = now, 0, 0, 0.0, 0.0
         return values
 
 
