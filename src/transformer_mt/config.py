@@ -347,19 +347,29 @@ def checked_fields(cls, data: dict[str, Any], where: str = "") -> dict[str, Any]
     return kwargs
 
 
-def without_retired(saved: dict[str, Any], source: str, where: str = "") -> dict[str, Any]:
+def without_retired(saved: dict[str, Any], source: str) -> dict[str, Any]:
     """A saved config (nested sections, as `config_to_dict` wrote them; `source` names the file)
-    without the `RETIRED` keys whose value is what the code does now. A retired key with another
-    value stays, for the reader to refuse."""
-    out = {}
-    for key, value in saved.items():
-        path = f"{where}.{key}" if where else key
-        if path in RETIRED and RETIRED[path][0] in (ANY, value):
-            log.warning("%s: ignoring the retired config key '%s' (%s)", source, path,
-                        RETIRED[path][1])
-            continue
-        out[key] = without_retired(value, source, path) if isinstance(value, dict) else value
-    return out
+    without the `RETIRED` keys whose value is what the code does now, with one warning naming
+    them. A retired key with another value stays, for the reader to refuse."""
+    ignored: list[str] = []
+
+    def strip(section: dict[str, Any], where: str) -> dict[str, Any]:
+        out = {}
+        for key, value in section.items():
+            path = f"{where}.{key}" if where else key
+            if path in RETIRED and RETIRED[path][0] in (ANY, value):
+                ignored.append(path)
+                continue
+            out[key] = strip(value, path) if isinstance(value, dict) else value
+        return out
+
+    kept = strip(saved, "")
+    if ignored:
+        why = sorted({RETIRED[path][1] for path in ignored})
+        log.warning("%s: ignoring the retired config key%s %s (%s)", source,
+                    "s" if len(ignored) > 1 else "", ", ".join(f"'{p}'" for p in ignored),
+                    "; ".join(why))
+    return kept
 
 
 def _coerce(value: Any, hint: Any, path: str) -> Any:
