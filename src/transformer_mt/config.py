@@ -58,7 +58,8 @@ class ConfigError(ValueError):
 class ModelConfig:
     """Architecture (§3, Table 3). Defaults are the base model."""
 
-    vocab_size: int = 37_000  # one shared source/target vocabulary (§5.1)
+    # one shared source/target vocabulary (§5.1); set from the data by `train`, an option of `info`
+    vocab_size: int = option(37_000, "shared source/target vocabulary size (§5.1)")
     d_model: int = 512
     n_heads: int = 8  # h
     d_k: int | None = None  # per-head query/key size; None: d_model / h (§3.2.2)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from ..config import load_config, preset_names
+from ..config import ModelConfig, load_config, preset_names
 from ..model.stats import model_stats
+from .options import add_config_options, as_overrides, given
 
 
 def add_parser(sub) -> None:
@@ -14,18 +15,16 @@ def add_parser(sub) -> None:
                                    "per token.")
     p.add_argument("--config", default="base",
                    help=f"preset ({', '.join(preset_names())}) or YAML file (default: base)")
-    p.add_argument("--vocab-size", type=int, help="shared vocabulary size (default: 37000)")
     p.add_argument("--seq-len", type=int, default=32,
                    help="source and target length for the attention FLOPs (default: 32)")
     p.add_argument("overrides", nargs="*", metavar="section.key=value",
                    help="config overrides, e.g. model.n_heads=4")
+    add_config_options(p, ModelConfig, "model")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    overrides = list(args.overrides)
-    if args.vocab_size is not None:
-        overrides.append(f"model.vocab_size={args.vocab_size}")
+    overrides = list(args.overrides) + as_overrides(given(args, "model"), "model")
     cfg = load_config(args.config, overrides).model
     stats = model_stats(cfg, seq_len=args.seq_len)
     print(f"config: {args.config}")
