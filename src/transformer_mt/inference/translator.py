@@ -79,14 +79,18 @@ class Translator:
         vocab = Vocabulary.load(dirs[0] / VOCAB_FILE)
         return cls(model, vocab, dataclasses.replace(loaded[0][1], **decode_overrides))
 
-    def encode_source(self, sentence: str, index: int) -> list[int]:
+    def encode_source(self, sentence: str, index: int,
+                      cfg: DecodeConfig | None = None) -> list[int]:
+        """The ids of one sentence + EOS; a ValueError naming sentence `index` (from 0) where
+        it is longer than the model's positions leave room for with `cfg`'s output offset."""
+        cfg = cfg or self.decode_cfg
         ids = self.vocab.encode(sentence) + [self.model.cfg.eos_id]
-        limit = self.model.cfg.max_positions - self.decode_cfg.max_length_offset
+        limit = self.model.cfg.max_positions - cfg.max_length_offset
         if len(ids) > limit:
             raise ValueError(
                 f"sentence {index + 1} has {len(ids)} tokens; this model takes at most {limit} "
                 f"(max_positions {self.model.cfg.max_positions} - max_length_offset "
-                f"{self.decode_cfg.max_length_offset})"
+                f"{cfg.max_length_offset})"
             )
         return ids
 
@@ -95,10 +99,15 @@ class Translator:
         """The n_best translations of each sentence, best first by the search's score.
         `progress` is called after each batch with the number of sentences translated so far."""
         sources = [self.encode_source(s, i) for i, s in enumerate(sentences)]
+        return self.translate_ids(sources, self.decode_cfg, progress=progress)
+
+    def translate_ids(self, sources: Sequence[list[int]], cfg: DecodeConfig, *,
+                      progress: Callable[[int], None] | None = None) -> list[list[Translation]]:
+        """`translate_nbest` of sentences encoded already (`encode_source`), with settings
+        `cfg` (the server decodes each batch with its requests' settings)."""
         order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
         results: list[list[Translation]] = [[] for _ in sources]
         device = next(self.model.parameters()).device
-        cfg = self.decode_cfg
         size = cfg.batch_size
         for start in range(0, len(order), size):
             batch = order[start : start + size]
