@@ -13,6 +13,6 @@ if ! "$PYTHON" -c "import torch" 2>/dev/null && [ -n "$TORCH_SPEC" ]; then
   echo "setup: no torch found, installing $TORCH_SPEC"
   "$PYTHON" -m pip install --quiet "$TORCH_SPEC"
 fi
-# dev: the test tools; knn: faiss for examples/knn_mt, whose tests run with the rest
-"$PYTHON" -m pip install --quiet -e ".[dev,knn]"
+# dev: the test tools; serve: the HTTP server; knn: faiss for examples/knn_mt (tests of all)
+"$PYTHON" -m pip install --quiet -e ".[dev,serve,knn]"
 "$PYTHON" -c "import torch, transformer_mt; print(f'setup: transformer-mt {transformer_mt.__version__}, torch {torch.__version__}')"

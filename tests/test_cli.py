@@ -2,10 +2,11 @@ import logging
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from transformer_mt import ModelConfig, Transformer, save_model
-from transformer_mt.cli.main import main
+from transformer_mt.cli.main import build_parser, main
 
 
 def test_info_prints_parameters_and_flops(capsys):
@@ -78,3 +79,17 @@ def test_translate_end_to_end(tmp_path, corpus_vocab, monkeypatch, caplog):
 def test_translate_missing_model_is_a_clear_error(tmp_path, capsys):
     assert main(["translate", "--model", str(tmp_path / "nope")]) == 2
     assert "neither a model directory nor a run" in capsys.readouterr().err
+
+
+def test_every_command_has_help_and_no_option_is_declared_twice(capsys):
+    """Options are generated from several dataclasses for one command (serve: ServeConfig and
+    DecodeConfig); a clash of flag names would break the whole command line."""
+    from transformer_mt.cli.main import COMMANDS
+
+    build_parser()
+    for command in COMMANDS:
+        name = command.__name__.rsplit(".", 1)[1]
+        with pytest.raises(SystemExit) as exit_:
+            main([name, "--help"])
+        assert exit_.value.code == 0
+        assert "usage: transformer-mt " + name in capsys.readouterr().out

@@ -286,6 +286,43 @@ class TrainConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ServeConfig:
+    """`transformer-mt serve`: where it listens, how it batches across clients, and its limits.
+    Each field is a command-line option of `serve`."""
+
+    host: str = option("127.0.0.1", "address to listen on (127.0.0.1: this machine only)")
+    port: int = option(8000, "port to listen on")
+    max_batch_tokens: int = option(
+        4096, "source tokens decoded together at most: sentences of concurrent requests share "
+              "a batch up to this budget")
+    max_wait_ms: float = option(
+        5.0, "how long a batch waits for more sentences before it is decoded")
+    max_queue: int = option(1024, "sentences waiting at most; beyond, requests get 429")
+    max_body_bytes: int = option(1 << 20, "request body size limit (413 beyond)")
+    max_sentences: int = option(64, "sentences per request (413 beyond)")
+    max_chars: int = option(2000, "characters per sentence (422 beyond)")
+    max_beam: int = option(16, "largest beam_size a request may ask for (422 beyond)")
+    max_offset: int = option(200, "largest max_length_offset a request may ask for (422 "
+                                  "beyond)")
+    max_output_tokens: int = option(
+        512, "an output has at most this many tokens, whatever the input (decode.max_length)")
+    api_key: str = option("", "if set, requests need 'Authorization: Bearer KEY' (the "
+                              "LibreTranslate endpoint also takes api_key); '' : no key")
+    cors_origins: str = option("", "comma-separated origins allowed to call the API from a "
+                                   "browser ('*': any); '': none")
+    grace_seconds: float = option(
+        30.0, "on SIGTERM or SIGINT: stop accepting, finish what is queued and running "
+              "within this many seconds, then exit")
+
+    def __post_init__(self):
+        _check_positive(self, "port", "max_batch_tokens", "max_queue", "max_body_bytes",
+                        "max_sentences", "max_chars", "max_beam", "max_output_tokens")
+        if self.max_wait_ms < 0 or self.grace_seconds < 0 or self.max_offset < 0:
+            raise ValueError("serve.max_wait_ms, serve.grace_seconds and serve.max_offset "
+                             "must be >= 0")
+
+
+@dataclass(frozen=True, kw_only=True)
 class Config:
     """The root config; only entry points (cli, serve) see it whole."""
 
@@ -293,6 +330,7 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
+    serve: ServeConfig = field(default_factory=ServeConfig)
 
 
 def _check_positive(cfg, *names: str) -> None:

@@ -1,0 +1,56 @@
+"""`transformer-mt serve`: translations over HTTP, batched across clients."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from pathlib import Path
+
+from ..config import DecodeConfig, ServeConfig
+from ..inference.translator import Translator
+from ..storage.model_dir import CONFIG_FILE
+from ..training.checkpoint import resolve_model_dir
+from .options import add_config_options, given, section_overrides
+
+log = logging.getLogger(__name__)
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "serve", help="serve translations over HTTP (an API, metrics and a web page)",
+        description="Load a model (or several, an ensemble) once and serve it: POST "
+                    "/v1/translate, the LibreTranslate-compatible POST /translate, GET /health, "
+                    "/ready, /v1/models, /metrics (Prometheus) and a web page at /. Sentences "
+                    "of concurrent requests are decoded together. Listens on 127.0.0.1 unless "
+                    "--host says otherwise; SIGTERM or SIGINT finish the queued work, then "
+                    "exit. docs/serving.md documents the API and limits.")
+    p.add_argument("--model", required=True, type=Path, nargs="+", action="extend",
+                   help="model or run directory; several: an ensemble")
+    p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    add_config_options(p, ServeConfig, "serve")
+    add_config_options(p, DecodeConfig, "decode")
+    p.set_defaults(run=run, overrides=[])
+
+
+def model_languages(model_dir: Path) -> tuple[str, str] | None:
+    """(source, target) from a model directory's config.json, where training recorded it."""
+    config = json.loads((model_dir / CONFIG_FILE).read_text(encoding="utf-8"))
+    languages = config.get("languages")
+    return tuple(languages) if isinstance(languages, list) and len(languages) == 2 else None
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..serving.app import create_app  # the serve extra: fastapi, uvicorn, prometheus-client
+    from ..serving.server import serve as run_server
+
+    decode = section_overrides([o for o in args.overrides if o.startswith("decode.")],
+                               DecodeConfig, "decode") | given(args, "decode")
+    serve = ServeConfig(**section_overrides(
+        [o for o in args.overrides if not o.startswith("decode.")], ServeConfig, "serve")
+        | given(args, "serve"))
+    model_dirs = [resolve_model_dir(m) for m in args.model]
+    translator = Translator.from_dirs(model_dirs, device=args.device, **decode)
+    app = create_app(translator, serve, languages=model_languages(model_dirs[0]))
+    run_server(app, serve)
+    return 0

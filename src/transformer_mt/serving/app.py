@@ -1,0 +1,321 @@
+"""The HTTP API (FastAPI): handlers validate a request against the limits of `ServeConfig`,
+hand its sentences to the batcher, and format the answer. Endpoints: `POST /v1/translate`,
+`GET /health`, `GET /ready`, `GET /v1/models`, `GET /metrics` (Prometheus), the
+LibreTranslate-compatible `POST /translate`, and the web page at `/`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import logging
+import time
+from importlib import resources
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..config import ServeConfig, config_to_dict
+from ..inference.translator import Translation, Translator
+from ..model.stats import count_parameters
+from .batcher import Batcher, DecodingFailed, Draining, QueueFull, request_settings
+from .metrics import ServerMetrics
+
+log = logging.getLogger(__name__)
+
+
+ROUTES = {"/", "/v1/translate", "/translate", "/health", "/ready", "/v1/models", "/metrics"}
+
+
+class TranslateRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    text: str | list[str] = Field(description="a sentence, or a list of them")
+    beam_size: int | None = Field(None, ge=1, description="beam size (the model's default: "
+                                                         "its config's)")
+    n_best: int | None = Field(None, ge=1, description="hypotheses per sentence (<= beam_size)")
+    alpha: float | None = Field(None, ge=0, description="length penalty alpha")
+    max_length_offset: int | None = Field(None, ge=0, description="an output has at most "
+                                          "source length + this many tokens")
+
+
+class Hypothesis(BaseModel):
+    text: str
+    score: float | None = Field(description="log P / lp(|Y|); null for an empty input")
+
+
+class TranslationOut(Hypothesis):
+    n_best: list[Hypothesis] | None = Field(None, description="with n_best > 1: the "
+                                            "hypotheses, best first")
+
+
+class TranslateResponse(BaseModel):
+    translations: list[TranslationOut]
+    milliseconds: float = Field(description="time from arrival to answer")
+
+
+class LibreRequest(BaseModel):
+    q: str | list[str]
+    source: str = "auto"
+    target: str | None = None
+    format: str = "text"
+    api_key: str | None = None
+
+
+class LibreResponse(BaseModel):
+    translatedText: str | list[str]  # noqa: N815 - LibreTranslate's field name
+
+
+class Problem(Exception):
+    """An answer other than 200: status, message, and the field and limit it concerns."""
+
+    def __init__(self, status: int, error: str, *, field: str | None = None,
+                 limit: Any = None, headers: dict[str, str] | None = None):
+        super().__init__(error)
+        self.status, self.error, self.field, self.limit = status, error, field, limit
+        self.headers = headers
+
+    def response(self) -> JSONResponse:
+        body = {"error": self.error}
+        if self.field is not None:
+            body |= {"field": self.field, "limit": self.limit}
+        return JSONResponse(body, status_code=self.status, headers=self.headers)
+
+
+def create_app(translator: Translator, cfg: ServeConfig, *,
+               languages: tuple[str, str] | None = None, warm_up: bool = True) -> FastAPI:
+    """The app serving `translator` under the limits of `cfg`. Ready once a warm-up
+    translation succeeded; `app.state.draining = True` makes /ready answer 503."""
+    metrics = ServerMetrics()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        app.state.batcher = Batcher(translator, cfg, observe=metrics.observe_batch)
+        metrics.queue_depth.set_function(lambda: app.state.batcher.depth)
+        if warm_up:
+            await _translate(None, ["warm up"], request_settings(translator.decode_cfg, cfg),
+                             batcher=app.state.batcher)
+        app.state.ready = True
+        log.info("ready: serving on %s:%d", cfg.host, cfg.port)
+        yield
+        app.state.draining = True
+        await asyncio.to_thread(app.state.batcher.close, cfg.grace_seconds)
+
+    app = FastAPI(title="transformer-mt", lifespan=lifespan,
+                  description="Translation with a Transformer of 'Attention Is All You Need'. "
+                              "Requests from all clients are batched together.")
+    app.state.ready, app.state.draining = False, False
+    request_ids = itertools.count(1)
+    if cfg.cors_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=cfg.cors_origins.split(","),
+                           allow_methods=["GET", "POST"], allow_headers=["*"])
+
+    @app.middleware("http")
+    async def limits_and_log(request: Request, call_next):
+        start = time.monotonic()
+        try:
+            if request.method == "POST":
+                await check_body(request, cfg)
+                await check_key(request, cfg)
+            response = await call_next(request)
+        except Problem as problem:
+            response = problem.response()
+        seconds = time.monotonic() - start
+        path = request.url.path if request.url.path in ROUTES else "other"
+        metrics.observe_request(path, response.status_code, seconds)
+        work = getattr(request.state, "work", None)
+        log.info("request %d: %s %s -> %d in %.1f ms%s", next(request_ids), request.method,
+                 request.url.path, response.status_code, 1000 * seconds,
+                 "" if work is None else ", {} sentences, {} tokens, queue {:.1f} ms, decode "
+                 "{:.1f} ms".format(*work))
+        return response
+
+    @app.exception_handler(Problem)
+    async def problem_handler(_request: Request, problem: Problem):
+        return problem.response()
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_handler(_request: Request, err: RequestValidationError):
+        first = err.errors()[0]
+        field = ".".join(str(part) for part in first["loc"] if part != "body")
+        return JSONResponse({"error": first["msg"], "field": field, "limit": None},
+                            status_code=422)
+
+    @app.post("/v1/translate", response_model=TranslateResponse,
+              responses={413: {}, 422: {}, 429: {}, 500: {}, 503: {}})
+    async def translate(body: TranslateRequest, request: Request) -> TranslateResponse:
+        start = time.monotonic()
+        sentences = [body.text] if isinstance(body.text, str) else body.text
+        settings = checked_settings(body, translator, cfg)
+        results = await _translate(request, sentences, settings)
+        return TranslateResponse(
+            translations=[translation_out(r, settings.n_best) for r in results],
+            milliseconds=1000 * (time.monotonic() - start))
+
+    @app.post("/translate", response_model=LibreResponse,
+              responses={400: {}, 413: {}, 422: {}, 429: {}, 500: {}, 503: {}})
+    async def libretranslate(body: LibreRequest, request: Request) -> LibreResponse:
+        """LibreTranslate's /translate: q, source, target, format text."""
+        check_libre(body, languages)
+        sentences = [body.q] if isinstance(body.q, str) else body.q
+        check_sentences(sentences, cfg)
+        results = await _translate(request, sentences,
+                                   request_settings(translator.decode_cfg, cfg))
+        texts = [r[0].text if r else "" for r in results]
+        return LibreResponse(translatedText=texts[0] if isinstance(body.q, str) else texts)
+
+    @app.get("/health")
+    async def health() -> dict:
+        return {"status": "ok"}
+
+    @app.get("/ready", responses={503: {}})
+    async def ready(request: Request):
+        if request.app.state.draining or not request.app.state.ready:
+            status = "draining" if request.app.state.draining else "starting"
+            return JSONResponse({"status": status}, status_code=503)
+        return {"status": "ready"}
+
+    @app.get("/v1/models")
+    async def models() -> dict:
+        model = translator.model
+        members = getattr(model, "members", [model])
+        return {"vocab_size": len(translator.vocab), "languages": list(languages or []),
+                "parameters": sum(count_parameters(m)[0] for m in members),
+                "ensemble": len(members), "model": config_to_dict(model.cfg),
+                "decode": config_to_dict(translator.decode_cfg),
+                "limits": {k: v for k, v in config_to_dict(cfg).items()
+                           if k.startswith("max_")}}
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        return Response(metrics.render(), media_type=metrics.content_type)
+
+    @app.get("/", response_class=HTMLResponse)
+    async def page() -> str:
+        return resources.files("transformer_mt.serving").joinpath("static/index.html") \
+            .read_text(encoding="utf-8")
+
+    async def _translate(request: Request | None, sentences: list[str], settings, *,
+                         batcher: Batcher | None = None) -> list:
+        """n-best lists of `sentences` in order; "" for empty or blank ones, without the
+        model. Records (sentences, tokens, queue ms, decode ms) on request.state.work."""
+        check_sentences(sentences, cfg)
+        sources, where = [], []
+        for i, sentence in enumerate(sentences):
+            if sentence.strip():
+                try:
+                    sources.append(translator.encode_source(sentence, i, settings))
+                except ValueError as err:
+                    raise Problem(422, str(err), field=f"text[{i}]",
+                                  limit=translator.model.cfg.max_positions
+                                  - settings.max_length_offset) from None
+                where.append(i)
+        results: list[list[Translation]] = [[] for _ in sentences]
+        waited = decoded = 0.0
+        if sources:
+            batcher = batcher or request.app.state.batcher
+            try:
+                futures = batcher.submit(sources, settings)
+            except QueueFull as err:
+                raise Problem(429, str(err), headers={"Retry-After": "1"}) from None
+            except Draining as err:
+                raise Problem(503, str(err)) from None
+            for i, (nbest, queue_s, decode_s) in zip(where, await gather(futures), strict=True):
+                results[i] = nbest
+                waited, decoded = max(waited, queue_s), max(decoded, decode_s)
+        if request is not None:
+            request.state.work = (len(sentences), sum(map(len, sources)), 1000 * waited,
+                                  1000 * decoded)
+        return results
+
+    return app
+
+
+async def gather(futures: list[asyncio.Future]) -> list[tuple]:
+    try:
+        return await asyncio.gather(*futures)
+    except DecodingFailed as err:
+        raise Problem(500, str(err)) from None
+
+
+def translation_out(nbest: list[Translation], n_best: int) -> TranslationOut:
+    if not nbest:  # an empty input
+        return TranslationOut(text="", score=None, n_best=[] if n_best > 1 else None)
+    best = nbest[0]
+    return TranslationOut(text=best.text, score=best.score, n_best=[
+        Hypothesis(text=t.text, score=t.score) for t in nbest] if n_best > 1 else None)
+
+
+def checked_settings(body: TranslateRequest, translator: Translator, cfg: ServeConfig):
+    """The request's decoding settings within the server's limits (422 naming the field)."""
+    if body.beam_size is not None and body.beam_size > cfg.max_beam:
+        raise Problem(422, f"beam_size {body.beam_size} exceeds the server's limit",
+                      field="beam_size", limit=cfg.max_beam)
+    if body.max_length_offset is not None and body.max_length_offset > cfg.max_offset:
+        raise Problem(422, f"max_length_offset {body.max_length_offset} exceeds the server's "
+                      "limit", field="max_length_offset", limit=cfg.max_offset)
+    beam = body.beam_size or translator.decode_cfg.beam_size
+    if body.n_best is not None and body.n_best > beam:
+        raise Problem(422, f"n_best {body.n_best} exceeds beam_size {beam}", field="n_best",
+                      limit=beam)
+    try:
+        return request_settings(translator.decode_cfg, cfg, beam_size=body.beam_size,
+                                n_best=body.n_best, length_penalty=body.alpha,
+                                max_length_offset=body.max_length_offset)
+    except ValueError as err:
+        raise Problem(422, str(err)) from None
+
+
+def check_sentences(sentences: list[str], cfg: ServeConfig) -> None:
+    if len(sentences) > cfg.max_sentences:
+        raise Problem(413, f"{len(sentences)} sentences in one request", field="text",
+                      limit=cfg.max_sentences)
+    for i, sentence in enumerate(sentences):
+        if len(sentence) > cfg.max_chars:
+            raise Problem(422, f"sentence {i + 1} has {len(sentence)} characters",
+                          field=f"text[{i}]", limit=cfg.max_chars)
+
+
+def check_libre(body: LibreRequest, languages: tuple[str, str] | None) -> None:
+    if body.format != "text":
+        raise Problem(400, f"format {body.format!r} is not supported; only 'text'",
+                      field="format", limit="text")
+    if languages is None:
+        return
+    source, target = languages
+    if body.source not in ("auto", source):
+        raise Problem(400, f"this model translates from {source!r}, not {body.source!r}",
+                      field="source", limit=source)
+    if body.target is not None and body.target != target:
+        raise Problem(400, f"this model translates into {target!r}, not {body.target!r}",
+                      field="target", limit=target)
+
+
+async def check_body(request: Request, cfg: ServeConfig) -> None:
+    """413 for a body over serve.max_body_bytes, by its declared length before reading it,
+    else by what arrived (the handler reads the same, cached, bytes)."""
+    declared = request.headers.get("content-length", "")
+    size = int(declared) if declared.isdigit() else len(await request.body())
+    if size > cfg.max_body_bytes:
+        raise Problem(413, f"request body of {size} bytes", field="body",
+                      limit=cfg.max_body_bytes)
+
+
+async def check_key(request: Request, cfg: ServeConfig) -> None:
+    """With serve.api_key: 401 unless `Authorization: Bearer KEY`, or on the LibreTranslate
+    endpoint its `api_key` field."""
+    if not cfg.api_key or request.headers.get("authorization") == f"Bearer {cfg.api_key}":
+        return
+    if request.url.path == "/translate":
+        try:
+            data = json.loads(await request.body())
+        except ValueError:
+            data = None
+        if isinstance(data, dict) and data.get("api_key") == cfg.api_key:
+            return
+    raise Problem(401, "missing or wrong API key (Authorization: Bearer KEY)")

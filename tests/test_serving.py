@@ -1,0 +1,314 @@
+"""The HTTP server: every endpoint, every limit, batching across clients that does not change a
+sentence's translation, errors that fail one request only, and a real uvicorn process that
+drains its work on SIGTERM."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+import pytest
+import torch
+
+pytest.importorskip("fastapi", reason="the serve extra: pip install -e '.[serve]'")
+from fastapi.testclient import TestClient  # noqa: E402
+
+from transformer_mt import DecodeConfig, ModelConfig, Transformer, Translator  # noqa: E402
+from transformer_mt.config import ServeConfig  # noqa: E402
+from transformer_mt.serving.app import create_app  # noqa: E402
+from transformer_mt.storage.model_dir import save_model  # noqa: E402
+
+SENTENCES = ["dog runs .", "small girl sees a big ball !", "cat sleeps ?", "red horse",
+             "boy plays with the blue ball .", "woman walks", "bird eats ."]
+
+
+@pytest.fixture(scope="module")
+def translator(corpus_vocab):
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=len(corpus_vocab), d_model=32, n_heads=4, d_ff=64,
+                      n_encoder_layers=2, n_decoder_layers=2, dropout=0.0, max_positions=64)
+    return Translator(Transformer(cfg).eval(), corpus_vocab,
+                      DecodeConfig(beam_size=3, max_length_offset=8))
+
+
+def client_for(translator, **limits):
+    cfg = ServeConfig(**{"max_wait_ms": 20.0, **limits})
+    return TestClient(create_app(translator, cfg, languages=("en", "de")))
+
+
+@pytest.fixture(scope="module")
+def client(translator):
+    with client_for(translator) as c:
+        yield c
+
+
+def translate(client, text, **fields):
+    return client.post("/v1/translate", json={"text": text, **fields})
+
+
+def test_translations_equal_the_offline_translator_alone_and_in_one_request(client, translator):
+    offline = translator.translate(SENTENCES)
+    response = translate(client, SENTENCES)
+    assert response.status_code == 200
+    assert [t["text"] for t in response.json()["translations"]] == offline
+    for sentence, expected in zip(SENTENCES, offline, strict=True):
+        body = translate(client, sentence).json()
+        assert [t["text"] for t in body["translations"]] == [expected]
+
+
+def test_concurrent_clients_are_batched_together_and_get_their_own_answers(translator):
+    offline = dict(zip(SENTENCES, translator.translate(SENTENCES), strict=True))
+    with client_for(translator, max_wait_ms=200.0) as client:
+        answers: dict[str, str] = {}
+        barrier = threading.Barrier(len(SENTENCES))
+
+        def ask(sentence):
+            barrier.wait()
+            answers[sentence] = translate(client, sentence).json()["translations"][0]["text"]
+
+        threads = [threading.Thread(target=ask, args=(s,)) for s in SENTENCES]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert answers == offline
+        metrics = client.get("/metrics").text
+    batches = float(metric(metrics, "transformer_mt_batch_sentences_count"))
+    sentences = float(metric(metrics, "transformer_mt_batch_sentences_sum"))
+    assert sentences == len(SENTENCES) + 1  # and the warm-up sentence
+    assert batches < sentences - 1, "some clients' sentences shared a batch"
+
+
+def metric(text: str, name: str) -> str:
+    return next(line.split()[-1] for line in text.splitlines() if line.startswith(name + " ")
+                or line.startswith(name + "{"))
+
+
+def test_empty_and_blank_input_gives_empty_translations_without_the_model(client):
+    before = metric(client.get("/metrics").text, "transformer_mt_sentences_total")
+    body = translate(client, ["", "   ", "\t"]).json()
+    assert [(t["text"], t["score"]) for t in body["translations"]] == [("", None)] * 3
+    assert metric(client.get("/metrics").text, "transformer_mt_sentences_total") == before
+
+
+def test_n_best_lists_and_scores(client, translator):
+    body = translate(client, SENTENCES[:2], beam_size=3, n_best=3).json()
+    translator_nbest = translator.translate_nbest(SENTENCES[:2])
+    for out, nbest in zip(body["translations"], translator_nbest, strict=True):
+        assert len(out["n_best"]) == 3 and out["text"] == out["n_best"][0]["text"]
+        scores = [h["score"] for h in out["n_best"]]
+        assert scores == sorted(scores, reverse=True)
+        assert out["text"] == nbest[0].text and out["score"] == pytest.approx(nbest[0].score)
+
+
+@pytest.mark.parametrize("fields, status, field", [
+    ({"beam_size": 17}, 422, "beam_size"),
+    ({"beam_size": 2, "n_best": 3}, 422, "n_best"),
+    ({"max_length_offset": 201}, 422, "max_length_offset"),
+    ({"beam_size": 0}, 422, "beam_size"),
+    ({"alpha": -1}, 422, "alpha"),
+    ({"colour": "red"}, 422, "colour"),
+])
+def test_each_setting_limit_is_an_error_naming_the_field(client, fields, status, field):
+    response = translate(client, "dog runs .", **fields)
+    assert response.status_code == status
+    assert response.json()["field"] == field
+
+
+def test_sentence_count_character_and_token_limits(translator):
+    with client_for(translator, max_sentences=3, max_chars=40) as client:
+        response = translate(client, ["dog"] * 4)
+        assert response.status_code == 413
+        assert response.json() | {"error": ""} == {"error": "", "field": "text", "limit": 3}
+        response = translate(client, ["dog", "x" * 41])
+        assert response.status_code == 422
+        assert (response.json()["field"], response.json()["limit"]) == ("text[1]", 40)
+    with client_for(translator) as client:  # the model's 64 positions - offset 8: 56 tokens
+        response = translate(client, ["dog", "dog " * 100])
+        assert response.status_code == 422
+        assert (response.json()["field"], response.json()["limit"]) == ("text[1]", 56)
+
+
+def test_body_size_limit(translator):
+    with client_for(translator, max_body_bytes=200) as client:
+        response = translate(client, ["dog runs ."] * 30)
+        assert response.status_code == 413
+        assert response.json()["field"] == "body" and response.json()["limit"] == 200
+
+
+def test_unicode_control_characters_and_crlf(client):
+    texts = ["dog 🐕 runs .", "\u202bcat sleeps\u202c", "bird\x00eats\x07 .", "girl\r\nsees"]
+    response = translate(client, texts)
+    assert response.status_code == 200
+    assert len(response.json()["translations"]) == 4
+
+
+def test_health_ready_models_and_metrics(client, translator):
+    assert client.get("/health").json() == {"status": "ok"}
+    assert client.get("/ready").json() == {"status": "ready"}
+    models = client.get("/v1/models").json()
+    assert models["vocab_size"] == len(translator.vocab) and models["languages"] == ["en", "de"]
+    assert models["parameters"] == sum(p.numel() for p in translator.model.parameters())
+    assert models["decode"]["beam_size"] == 3
+    translate(client, "dog runs .")
+    text = client.get("/metrics").text
+    for name in ("transformer_mt_requests_total", "transformer_mt_request_seconds_bucket",
+                 "transformer_mt_queue_seconds_bucket", "transformer_mt_batch_sentences_bucket",
+                 "transformer_mt_sentences_total", "transformer_mt_source_tokens_total",
+                 "transformer_mt_queue_depth"):
+        assert name in text, name
+    assert 'path="/v1/translate",status="200"' in text
+
+
+def test_libretranslate_shape(client, translator):
+    expected = translator.translate(SENTENCES[:2])
+    body = client.post("/translate", json={"q": SENTENCES[0], "source": "en", "target": "de",
+                                           "format": "text"}).json()
+    assert body == {"translatedText": expected[0]}
+    body = client.post("/translate", json={"q": SENTENCES[:2], "source": "auto",
+                                           "target": "de"}).json()
+    assert body == {"translatedText": expected}
+    assert client.post("/translate", json={"q": "x", "target": "fr"}).status_code == 400
+    assert client.post("/translate", json={"q": "x", "format": "html"}).status_code == 400
+
+
+def test_api_key(translator):
+    with client_for(translator, api_key="s3cret") as client:
+        assert translate(client, "dog").status_code == 401
+        ok = client.post("/v1/translate", json={"text": "dog"},
+                         headers={"Authorization": "Bearer s3cret"})
+        assert ok.status_code == 200
+        assert client.post("/translate", json={"q": "dog", "api_key": "s3cret"}).status_code \
+            == 200
+        assert client.post("/translate", json={"q": "dog", "api_key": "no"}).status_code == 401
+        assert client.get("/health").status_code == 200  # probes need no key
+    with client_for(translator) as client:
+        assert translate(client, "dog").status_code == 200
+
+
+def test_cors_origins(translator):
+    with client_for(translator, cors_origins="http://example.test") as client:
+        response = client.options("/v1/translate", headers={
+            "Origin": "http://example.test", "Access-Control-Request-Method": "POST"})
+        assert response.headers["access-control-allow-origin"] == "http://example.test"
+
+
+def test_a_full_queue_answers_429_with_retry_after_and_recovers(translator):
+    with client_for(translator, max_queue=2) as client:
+        response = translate(client, ["dog", "cat", "bird"])
+        assert response.status_code == 429 and response.headers["retry-after"] == "1"
+        assert translate(client, ["dog", "cat"]).status_code == 200
+
+
+def test_a_decoding_error_fails_only_its_request(translator, monkeypatch):
+    poison = translator.vocab.encode("horse") + [translator.model.cfg.eos_id]
+    real = translator.translate_ids
+
+    def failing(sources, cfg, **kwargs):
+        if poison in sources:
+            raise RuntimeError("poisoned sentence")
+        return real(sources, cfg, **kwargs)
+
+    with client_for(translator, max_wait_ms=200.0) as client:
+        monkeypatch.setattr(translator, "translate_ids", failing)
+        results = {}
+        barrier = threading.Barrier(2)
+
+        def ask(name, text):
+            barrier.wait()
+            results[name] = translate(client, text)
+
+        threads = [threading.Thread(target=ask, args=a) for a in
+                   (("bad", ["dog", "horse"]), ("good", ["cat sleeps ?"]))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert results["bad"].status_code == 500
+        assert "poisoned sentence" in results["bad"].json()["error"]
+        assert results["good"].status_code == 200
+        assert translate(client, "dog").status_code == 200  # still serving
+
+
+def test_the_web_page_is_self_contained(client):
+    page = client.get("/")
+    assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+    html = page.text
+    assert 'id="translate"' in html and "v1/translate" in html
+    assert "http://" not in html and "https://" not in html  # no CDN: works offline
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http(method: str, url: str, body: dict | None = None, timeout: float = 30):
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, json.loads(response.read() or b"null")
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read() or b"null")
+
+
+def test_a_real_server_drains_on_sigterm_and_exits_0(translator, tmp_path):
+    save_model(translator.model, tmp_path / "model", vocab_path=translator.vocab.path,
+               decode=translator.decode_cfg)
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen(
+        [sys.executable, "-m", "transformer_mt", "serve", "--model", str(tmp_path / "model"),
+         "--port", str(port), "--max-wait-ms", "300", "--grace-seconds", "20"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if http("GET", base + "/ready", timeout=1)[0] == 200:
+                    break
+            except OSError:
+                time.sleep(0.2)
+        else:
+            pytest.fail("the server did not get ready")
+        offline = translator.translate(SENTENCES)
+        answers = {}
+
+        def ask(i):
+            answers[i] = http("POST", base + "/v1/translate", {"text": SENTENCES[i]})
+
+        threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(SENTENCES))]
+        for t in threads:
+            t.start()
+        time.sleep(0.1)  # the requests are in, waiting for their batch
+        server.send_signal(signal.SIGTERM)
+        for t in threads:
+            t.join()
+        assert server.wait(timeout=30) == 0
+    finally:
+        if server.poll() is None:
+            server.kill()
+    log = server.stdout.read()
+    assert {i: a[0] for i, a in answers.items()} == dict.fromkeys(range(len(SENTENCES)), 200), log
+    assert [answers[i][1]["translations"][0]["text"] for i in range(len(SENTENCES))] == offline
+    assert "POST /v1/translate -> 200" in log
+
+
+def test_ready_answers_503_while_draining_and_before_the_warm_up(translator):
+    app = create_app(translator, ServeConfig(), languages=None)
+    with TestClient(app) as client:
+        assert client.get("/ready").status_code == 200
+        app.state.draining = True
+        assert client.get("/ready").json() == {"status": "draining"}
+        assert client.get("/ready").status_code == 503
+    fresh = create_app(translator, ServeConfig())
+    assert TestClient(fresh).get("/ready").status_code == 503  # no lifespan: never warmed up
