@@ -17,8 +17,9 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
-from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..config import ServeConfig, config_to_dict
 from ..inference.translator import Translation, Translator
@@ -33,7 +34,7 @@ ROUTES = {"/", "/v1/translate", "/translate", "/health", "/ready", "/v1/models",
 
 
 class TranslateRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # false is no beam size
 
     text: str | list[str] = Field(description="a sentence, or a list of them")
     beam_size: int | None = Field(None, ge=1, description="beam size (the model's default: "
@@ -59,7 +60,13 @@ class TranslateResponse(BaseModel):
     milliseconds: float = Field(description="time from arrival to answer")
 
 
+class ReadyBody(BaseModel):
+    status: str
+
+
 class LibreRequest(BaseModel):
+    model_config = ConfigDict(strict=True)  # other LibreTranslate fields are ignored
+
     q: str | list[str]
     source: str = "auto"
     target: str | None = None
@@ -69,6 +76,15 @@ class LibreRequest(BaseModel):
 
 class LibreResponse(BaseModel):
     translatedText: str | list[str]  # noqa: N815 - LibreTranslate's field name
+
+
+class ErrorBody(BaseModel):
+    error: str
+    field: str | None = Field(None, description="the request field over its limit")
+    limit: Any = Field(None, description="the limit it broke")
+
+
+ERRORS = {status: {"model": ErrorBody} for status in (400, 401, 413, 422, 429, 500, 503)}
 
 
 class Problem(Exception):
@@ -139,6 +155,11 @@ def create_app(translator: Translator, cfg: ServeConfig, *,
     async def problem_handler(_request: Request, problem: Problem):
         return problem.response()
 
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error_handler(_request: Request, err: StarletteHTTPException):
+        return JSONResponse({"error": str(err.detail)}, status_code=err.status_code,
+                            headers=getattr(err, "headers", None))
+
     @app.exception_handler(RequestValidationError)
     async def invalid_handler(_request: Request, err: RequestValidationError):
         first = err.errors()[0]
@@ -146,8 +167,7 @@ def create_app(translator: Translator, cfg: ServeConfig, *,
         return JSONResponse({"error": first["msg"], "field": field, "limit": None},
                             status_code=422)
 
-    @app.post("/v1/translate", response_model=TranslateResponse,
-              responses={413: {}, 422: {}, 429: {}, 500: {}, 503: {}})
+    @app.post("/v1/translate", response_model=TranslateResponse, responses=ERRORS)
     async def translate(body: TranslateRequest, request: Request) -> TranslateResponse:
         start = time.monotonic()
         sentences = [body.text] if isinstance(body.text, str) else body.text
@@ -157,8 +177,7 @@ def create_app(translator: Translator, cfg: ServeConfig, *,
             translations=[translation_out(r, settings.n_best) for r in results],
             milliseconds=1000 * (time.monotonic() - start))
 
-    @app.post("/translate", response_model=LibreResponse,
-              responses={400: {}, 413: {}, 422: {}, 429: {}, 500: {}, 503: {}})
+    @app.post("/translate", response_model=LibreResponse, responses=ERRORS)
     async def libretranslate(body: LibreRequest, request: Request) -> LibreResponse:
         """LibreTranslate's /translate: q, source, target, format text."""
         check_libre(body, languages)
@@ -169,11 +188,11 @@ def create_app(translator: Translator, cfg: ServeConfig, *,
         texts = [r[0].text if r else "" for r in results]
         return LibreResponse(translatedText=texts[0] if isinstance(body.q, str) else texts)
 
-    @app.get("/health")
+    @app.get("/health", response_model=ReadyBody)
     async def health() -> dict:
         return {"status": "ok"}
 
-    @app.get("/ready", responses={503: {}})
+    @app.get("/ready", responses={503: {"model": ReadyBody}}, response_model=ReadyBody)
     async def ready(request: Request):
         if request.app.state.draining or not request.app.state.ready:
             status = "draining" if request.app.state.draining else "starting"
@@ -191,9 +210,10 @@ def create_app(translator: Translator, cfg: ServeConfig, *,
                 "limits": {k: v for k, v in config_to_dict(cfg).items()
                            if k.startswith("max_")}}
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=PlainTextResponse)
     async def prometheus() -> Response:
-        return Response(metrics.render(), media_type=metrics.content_type)
+        """Prometheus' text format."""
+        return PlainTextResponse(metrics.render(), media_type=metrics.content_type)
 
     @app.get("/", response_class=HTMLResponse)
     async def page() -> str:
