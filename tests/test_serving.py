@@ -2,18 +2,14 @@
 sentence's translation, errors that fail one request only, and a real uvicorn process that
 drains its work on SIGTERM."""
 
-import json
-import os
 import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
-import urllib.request
 
 import pytest
 import torch
+
+from serving_helpers import http, running_server
 
 pytest.importorskip("fastapi", reason="the serve extra: pip install -e '.[serve]'")
 from fastapi.testclient import TestClient  # noqa: E402
@@ -243,44 +239,12 @@ def test_the_web_page_is_self_contained(client):
     assert "http://" not in html and "https://" not in html  # no CDN: works offline
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def http(method: str, url: str, body: dict | None = None, timeout: float = 30):
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.status, json.loads(response.read() or b"null")
-    except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read() or b"null")
-
-
 def test_a_real_server_drains_on_sigterm_and_exits_0(translator, tmp_path):
     save_model(translator.model, tmp_path / "model", vocab_path=translator.vocab.path,
                decode=translator.decode_cfg)
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen(
-        [sys.executable, "-m", "transformer_mt", "serve", "--model", str(tmp_path / "model"),
-         "--port", str(port), "--max-wait-ms", "300", "--grace-seconds", "20"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if http("GET", base + "/ready", timeout=1)[0] == 200:
-                    break
-            except OSError:
-                time.sleep(0.2)
-        else:
-            pytest.fail("the server did not get ready")
-        offline = translator.translate(SENTENCES)
+    offline = translator.translate(SENTENCES)
+    with running_server(tmp_path / "model", "--max-wait-ms", "300",
+                        "--grace-seconds", "20") as (base, server):
         answers = {}
 
         def ask(i):
@@ -294,13 +258,10 @@ def test_a_real_server_drains_on_sigterm_and_exits_0(translator, tmp_path):
         for t in threads:
             t.join()
         assert server.wait(timeout=30) == 0
-    finally:
-        if server.poll() is None:
-            server.kill()
-    log = server.stdout.read()
+        log = server.stdout.read()
     assert {i: a[0] for i, a in answers.items()} == dict.fromkeys(range(len(SENTENCES)), 200), log
     assert [answers[i][1]["translations"][0]["text"] for i in range(len(SENTENCES))] == offline
-    assert "POST /v1/translate -> 200" in log
+    assert "POST /v1/translate -> 200" in log and "1 sentences" in log
 
 
 def test_ready_answers_503_while_draining_and_before_the_warm_up(translator):
