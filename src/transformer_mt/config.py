@@ -296,7 +296,8 @@ class ServeConfig:
         4096, "source tokens decoded together at most: sentences of concurrent requests share "
               "a batch up to this budget")
     max_wait_ms: float = option(
-        5.0, "how long a batch waits for more sentences before it is decoded")
+        0.0, "how long a batch waits for more sentences before it is decoded; at 0 a batch "
+             "is what arrived while the previous one decoded")
     max_queue: int = option(1024, "sentences waiting at most; beyond, requests get 429")
     max_body_bytes: int = option(1 << 20, "request body size limit (413 beyond)")
     max_sentences: int = option(64, "sentences per request (413 beyond)")

@@ -41,8 +41,7 @@ def model_languages(model_dir: Path) -> tuple[str, str] | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..serving.app import create_app  # the serve extra: fastapi, uvicorn, prometheus-client
-    from ..serving.server import serve as run_server
+    from ..serving.server import serve as run_server  # the serve extra: fastapi, uvicorn, ...
 
     decode = section_overrides([o for o in args.overrides if o.startswith("decode.")],
                                DecodeConfig, "decode") | given(args, "decode")
@@ -51,6 +50,5 @@ def run(args: argparse.Namespace) -> int:
         | given(args, "serve"))
     model_dirs = [resolve_model_dir(m) for m in args.model]
     translator = Translator.from_dirs(model_dirs, device=args.device, **decode)
-    app = create_app(translator, serve, languages=model_languages(model_dirs[0]))
-    run_server(app, serve)
+    run_server(translator, serve, languages=model_languages(model_dirs[0]))
     return 0

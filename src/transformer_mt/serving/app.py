@@ -104,14 +104,17 @@ class Problem(Exception):
 
 
 def create_app(translator: Translator, cfg: ServeConfig, *,
-               languages: tuple[str, str] | None = None, warm_up: bool = True) -> FastAPI:
-    """The app serving `translator` under the limits of `cfg`. Ready once a warm-up
+               languages: tuple[str, str] | None = None, warm_up: bool = True,
+               batcher: Batcher | None = None) -> FastAPI:
+    """The app serving `translator` under the limits of `cfg`, through `batcher` (whose worker
+    the caller runs), else one with a worker thread of its own. Ready once a warm-up
     translation succeeded; `app.state.draining = True` makes /ready answer 503."""
     metrics = ServerMetrics()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
-        app.state.batcher = Batcher(translator, cfg, observe=metrics.observe_batch)
+        app.state.batcher = batcher or Batcher(translator, cfg)
+        app.state.batcher.observe = metrics.observe_batch
         metrics.queue_depth.set_function(lambda: app.state.batcher.depth)
         if warm_up:
             await _translate(None, ["warm up"], request_settings(translator.decode_cfg, cfg),

@@ -64,10 +64,13 @@ def _set_unless_done(future: asyncio.Future, setter: Callable, result) -> None:
 
 
 class Batcher:
-    """The queue and its worker thread. `observe(batch_sentences, batch_tokens, queue_waits,
-    decode_seconds)` is called after each batch (the server's metrics)."""
+    """The queue and its worker. `observe(batch_sentences, batch_tokens, queue_waits,
+    decode_seconds)` is called after each batch (the server's metrics). With `thread` the
+    worker is a thread of its own; without, the caller runs `run()`: `transformer-mt serve`
+    decodes on the main thread, where torch's CPU kernels ran 1.7x faster than in another
+    thread (2-core Zen 4, benchmarks/results/serve-batching)."""
 
-    def __init__(self, translator: Translator, cfg: ServeConfig, *,
+    def __init__(self, translator: Translator, cfg: ServeConfig, *, thread: bool = True,
                  observe: Callable[[int, int, list[float], float], None] | None = None):
         self.translator, self.cfg, self.observe = translator, cfg, observe
         self.queues: collections.OrderedDict[int, collections.deque[Job]] = \
@@ -76,8 +79,11 @@ class Batcher:
         self.lock = threading.Condition()
         self.closing = False
         self.request_ids = itertools.count()
-        self.worker = threading.Thread(target=self._run, name="batcher", daemon=True)
-        self.worker.start()
+        self.stopped = threading.Event()
+        self.worker = threading.Thread(target=self.run, name="batcher", daemon=True) \
+            if thread else None
+        if self.worker is not None:
+            self.worker.start()
 
     def submit(self, sources: list[list[int]], cfg: DecodeConfig) -> list[asyncio.Future]:
         """Queue one request's encoded sentences; futures of their n-best lists, in order."""
@@ -100,18 +106,20 @@ class Batcher:
         return self.waiting
 
     def close(self, timeout: float | None = None) -> None:
-        """Accept nothing more; the worker decodes what is queued, then stops."""
+        """Accept nothing more; the worker decodes what is queued, then stops (waited for up
+        to `timeout` seconds)."""
         with self.lock:
             self.closing = True
             self.lock.notify()
-        self.worker.join(timeout)
+        self.stopped.wait(timeout)
 
-    def _run(self) -> None:
-        while True:
-            batch = self._next_batch()
-            if batch is None:
-                return
-            self._decode(batch)
+    def run(self) -> None:
+        """Decode batches until closed and empty."""
+        try:
+            while (batch := self._next_batch()) is not None:
+                self._decode(batch)
+        finally:
+            self.stopped.set()
 
     def _next_batch(self) -> list[Job] | None:
         """Wait for work, then up to max_wait_ms for a batch to fill; None once closed and

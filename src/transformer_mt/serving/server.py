@@ -1,6 +1,7 @@
 """Running the app under uvicorn, with a graceful stop: on SIGTERM or SIGINT /ready answers
 503, no new connection is accepted, and queued and running requests finish (within
-serve.grace_seconds) before the process exits 0."""
+serve.grace_seconds) before the process exits 0. uvicorn's event loop runs in a thread and
+the batcher decodes on the main thread (batcher.py says why)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ import signal
 import threading
 
 import uvicorn
-from fastapi import FastAPI
 
 from ..config import ServeConfig
+from ..inference.translator import Translator
+from .app import create_app
+from .batcher import Batcher
 
 
 class DrainingServer(uvicorn.Server):
@@ -37,8 +40,27 @@ class DrainingServer(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
-def serve(app: FastAPI, cfg: ServeConfig) -> None:
+def serve(translator: Translator, cfg: ServeConfig, *,
+          languages: tuple[str, str] | None = None) -> None:
+    """Serve `translator` until SIGTERM or SIGINT, then drain and return."""
+    batcher = Batcher(translator, cfg, thread=False)
+    app = create_app(translator, cfg, languages=languages, batcher=batcher)
     config = uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level="info",
                             access_log=False,  # the app logs one line per request
                             timeout_graceful_shutdown=cfg.grace_seconds)
-    DrainingServer(config).run()
+    server = DrainingServer(config)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, server.handle_exit)
+
+    def run_loop() -> None:
+        try:
+            server.run()
+        finally:  # also where uvicorn failed to start: the main thread stops decoding
+            batcher.close(timeout=0)
+
+    loop = threading.Thread(target=run_loop, name="uvicorn")
+    loop.start()
+    batcher.run()  # until the app's shutdown closes it
+    loop.join()
+    if not server.started:
+        raise OSError(f"the server did not start on {cfg.host}:{cfg.port} (see the log)")
