@@ -273,3 +273,57 @@ def test_ready_answers_503_while_draining_and_before_the_warm_up(translator):
         assert client.get("/ready").status_code == 503
     fresh = create_app(translator, ServeConfig())
     assert TestClient(fresh).get("/ready").status_code == 503  # no lifespan: never warmed up
+
+
+def test_the_absolute_output_cap(translator):
+    import dataclasses
+
+    with client_for(translator, max_output_tokens=3) as client:
+        body = translate(client, SENTENCES, max_length_offset=50).json()
+    ids = [translator.encode_source(s, i) for i, s in enumerate(SENTENCES)]
+    offset50 = dataclasses.replace(translator.decode_cfg, max_length_offset=50)
+    capped = translator.translate_ids(ids, dataclasses.replace(offset50, max_length=3))
+    uncapped = translator.translate_ids(ids, offset50)
+    served = [t["text"] for t in body["translations"]]
+    assert served == [n[0].text for n in capped] != [n[0].text for n in uncapped]
+
+
+def test_fifty_real_sentences_in_any_grouping_equal_the_translate_command(shared_data,
+                                                                         tmp_path):
+    """Batch invariance on real text: 50 Multi30k sentences sent as one request, as 50
+    concurrent single-sentence requests and as 10 concurrent requests of 5 come back byte for
+    byte as `transformer-mt translate` wrote them (fp32)."""
+    from conftest import read_lines
+    from transformer_mt import train_vocabulary
+    from transformer_mt.cli.main import main
+
+    sources = read_lines(shared_data / "multi30k/val.en.gz", 50)
+    texts = read_lines(shared_data / "multi30k/train.en.gz", 500) + \
+        read_lines(shared_data / "multi30k/train.de.gz", 500)
+    vocab = train_vocabulary(texts, vocab_size=400, out_path=tmp_path / "sentencepiece.model")
+    torch.manual_seed(1)
+    cfg = ModelConfig(vocab_size=len(vocab), d_model=32, n_heads=4, d_ff=64,
+                      n_encoder_layers=2, n_decoder_layers=2, dropout=0.0, max_positions=128)
+    save_model(Transformer(cfg), tmp_path / "model", vocab_path=vocab.path,
+               decode=DecodeConfig(max_length_offset=10))
+    (tmp_path / "src.en").write_text("\n".join(sources) + "\n", encoding="utf-8")
+    assert main(["translate", "--model", str(tmp_path / "model"), "--input",
+                 str(tmp_path / "src.en"), "--output", str(tmp_path / "out.de")]) == 0
+    expected = (tmp_path / "out.de").read_text(encoding="utf-8").splitlines()
+    translator = Translator.from_dir(tmp_path / "model")
+    with client_for(translator, max_wait_ms=50.0) as client:
+        whole = [t["text"] for t in translate(client, sources).json()["translations"]]
+        assert whole == expected
+        for size in (1, 5):
+            got: dict[int, list[str]] = {}
+
+            def ask(start, size=size, got=got):
+                body = translate(client, sources[start : start + size]).json()
+                got[start] = [t["text"] for t in body["translations"]]
+
+            threads = [threading.Thread(target=ask, args=(i,)) for i in range(0, 50, size)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert [text for start in sorted(got) for text in got[start]] == expected
