@@ -15,9 +15,12 @@ tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def imported_top_level_modules(package: Path) -> set[str]:
+def imported_top_level_modules(package: Path, *, skip: str | None = None) -> set[str]:
+    """Third-party modules imported below `package` (not below its subpackage `skip`)."""
     names = set()
     for path in package.rglob("*.py"):
+        if skip and path.relative_to(package).parts[0] == skip:
+            continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Import):
                 names |= {alias.name.split(".")[0] for alias in node.names}
@@ -32,13 +35,26 @@ def canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def test_every_imported_package_is_a_declared_dependency():
-    declared = {canonical(re.split(r"[<>=!~\[; ]", spec, maxsplit=1)[0])
-                for spec in tomllib.loads((ROOT / "pyproject.toml").read_text())
-                ["project"]["dependencies"]}
+def declared(specs: list[str]) -> set[str]:
+    return {canonical(re.split(r"[<>=!~\[; ]", spec, maxsplit=1)[0]) for spec in specs}
+
+
+def undeclared(modules: set[str], names: set[str]) -> set[str]:
     distributions = packages_distributions()
-    modules = imported_top_level_modules(ROOT / "src" / "transformer_mt")
+    return {module for module in modules
+            if not {canonical(d) for d in distributions.get(module, [module])} & names}
+
+
+def test_every_imported_package_is_a_declared_dependency():
+    """The core imports its dependencies only; serving/ also the `serve` extra's."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    core = declared(project["dependencies"])
+    package = ROOT / "src" / "transformer_mt"
+    modules = imported_top_level_modules(package, skip="serving")
     assert {"torch", "sacrebleu", "sacremoses", "tqdm", "matplotlib", "tensorboard"} <= modules
-    missing = {module for module in modules
-               if not {canonical(d) for d in distributions.get(module, [module])} & declared}
+    missing = undeclared(modules, core)
     assert not missing, f"imported but not in pyproject.toml's dependencies: {sorted(missing)}"
+    serving = imported_top_level_modules(package / "serving")
+    assert {"fastapi", "uvicorn", "prometheus_client"} <= serving
+    missing = undeclared(serving, core | declared(project["optional-dependencies"]["serve"]))
+    assert not missing, f"serving/ imports what the serve extra lacks: {sorted(missing)}"
