@@ -182,6 +182,7 @@ def test_api_key(translator):
         assert client.post("/translate", json={"q": "dog", "api_key": "s3cret"}).status_code \
             == 200
         assert client.post("/translate", json={"q": "dog", "api_key": "no"}).status_code == 401
+        assert client.get("/v1/models").status_code == 401
         assert client.get("/health").status_code == 200  # probes need no key
     with client_for(translator) as client:
         assert translate(client, "dog").status_code == 200

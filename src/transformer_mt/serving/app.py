@@ -140,6 +140,7 @@ def create_app(translator: Translator, cfg: ServeConfig, *,
         try:
             if request.method == "POST":
                 await check_body(request, cfg)
+            if request.url.path.startswith("/v1/") or request.url.path == "/translate":
                 await check_key(request, cfg)
             response = await call_next(request)
         except Problem as problem:
