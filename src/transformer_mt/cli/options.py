@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import typing
+from pathlib import Path
 from typing import Any, Literal
 
 from ..config import ConfigError, checked_fields, read_yaml
@@ -62,3 +63,11 @@ def as_overrides(values: dict[str, Any], section: str) -> list[str]:
     import json
 
     return [f"{section}.{key}={json.dumps(value)}" for key, value in values.items()]
+
+
+def add_model_options(parser: argparse.ArgumentParser) -> None:
+    """--model (one directory, or several: an ensemble) and --device, as translate and serve
+    take them."""
+    parser.add_argument("--model", required=True, type=Path, nargs="+", action="extend",
+                        help="model or run directory; several: an ensemble")
+    parser.add_argument("--device", default="cpu", help="torch device (default: cpu)")

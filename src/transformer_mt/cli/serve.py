@@ -11,7 +11,7 @@ from ..config import DecodeConfig, ServeConfig
 from ..inference.translator import Translator
 from ..storage.model_dir import CONFIG_FILE
 from ..training.checkpoint import resolve_model_dir
-from .options import add_config_options, given, section_overrides
+from .options import add_config_options, add_model_options, given, section_overrides
 
 log = logging.getLogger(__name__)
 
@@ -25,9 +25,7 @@ def add_parser(sub) -> None:
                     "of concurrent requests are decoded together. Listens on 127.0.0.1 unless "
                     "--host says otherwise; SIGTERM or SIGINT finish the queued work, then "
                     "exit. docs/serving.md documents the API and limits.")
-    p.add_argument("--model", required=True, type=Path, nargs="+", action="extend",
-                   help="model or run directory; several: an ensemble")
-    p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    add_model_options(p)
     add_config_options(p, ServeConfig, "serve")
     add_config_options(p, DecodeConfig, "decode")
     p.set_defaults(run=run, overrides=[])

@@ -13,7 +13,7 @@ from ..evaluation.bleu import read_text
 from ..inference.translator import Translator
 from ..training.checkpoint import resolve_model_dir
 from ..training.progress import Progress
-from .options import add_config_options, given, section_overrides
+from .options import add_config_options, add_model_options, given, section_overrides
 
 log = logging.getLogger(__name__)
 
@@ -28,11 +28,9 @@ def add_parser(sub) -> None:
                     "probabilities averaged). Decoding options default to what the model "
                     "directory's config.json says (the paper's: beam 4, alpha 0.6); each "
                     "can also be given as --decode.key=value.")
-    p.add_argument("--model", required=True, type=Path, nargs="+", action="extend",
-                   help="model or run directory; several: an ensemble")
+    add_model_options(p)
     p.add_argument("--input", type=Path, help="source file, one sentence per line")
     p.add_argument("--output", type=Path, help="where to write translations")
-    p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     add_config_options(p, DecodeConfig, "decode")
     p.set_defaults(run=run, overrides=[])
 
