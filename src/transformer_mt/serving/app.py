@@ -30,9 +30,6 @@ from .metrics import ServerMetrics
 log = logging.getLogger(__name__)
 
 
-ROUTES = {"/", "/v1/translate", "/translate", "/health", "/ready", "/v1/models", "/metrics"}
-
-
 class TranslateRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)  # false is no beam size
 
@@ -146,7 +143,7 @@ def create_app(translator: Translator, cfg: ServeConfig, *,
         except Problem as problem:
             response = problem.response()
         seconds = time.monotonic() - start
-        path = request.url.path if request.url.path in ROUTES else "other"
+        path = request.url.path if request.url.path in routes else "other"  # bounded labels
         metrics.observe_request(path, response.status_code, seconds)
         work = getattr(request.state, "work", None)
         log.info("request %d: %s %s -> %d in %.1f ms%s", next(request_ids), request.method,
@@ -257,6 +254,7 @@ def create_app(translator: Translator, cfg: ServeConfig, *,
                                   1000 * decoded)
         return results
 
+    routes = {route.path for route in app.routes}  # the metrics' path labels
     return app
 
 

@@ -67,7 +67,8 @@ def run_loop(run: Run) -> dict:
     """Updates until a budget, the clock or patience stops the run; validate and save on
     their cadence and at the end. Returns the final state."""
     tcfg, state, world = run.tcfg, run.state, run.world
-    budget, clock, cooldown = Budget(tcfg), Clock(tcfg, state, world, run.device), Cooldown(tcfg)
+    budget, cooldown = Budget(tcfg), Cooldown(tcfg)
+    clock = Clock(tcfg, state, world, run.device, budget=budget)
     window = LossWindow(clock.started)
     stop = budget.spent(state) or clock.check(state).stop
     while not stop:
@@ -146,9 +147,9 @@ class Due:
 class Clock:
     """Train seconds across resumes, and the clock's decisions, agreed by all ranks."""
 
-    def __init__(self, tcfg: TrainConfig, state: dict, world: World, device: torch.device):
-        self.tcfg, self.world, self.device = tcfg, world, device
-        self.budget = Budget(tcfg)
+    def __init__(self, tcfg: TrainConfig, state: dict, world: World, device: torch.device, *,
+                 budget: Budget):
+        self.tcfg, self.world, self.device, self.budget = tcfg, world, device, budget
         self.started = self.last_save = time.monotonic()
         self.seconds_before = state["train_seconds"]
 
