@@ -2,6 +2,8 @@
 sentence's translation, errors that fail one request only, and a real uvicorn process that
 drains its work on SIGTERM."""
 
+import asyncio
+import dataclasses
 import signal
 import threading
 import time
@@ -17,6 +19,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 from transformer_mt import DecodeConfig, ModelConfig, Transformer, Translator  # noqa: E402
 from transformer_mt.config import ServeConfig  # noqa: E402
 from transformer_mt.serving.app import create_app  # noqa: E402
+from transformer_mt.serving.batcher import Batcher  # noqa: E402
 from transformer_mt.storage.model_dir import save_model  # noqa: E402
 
 SENTENCES = ["dog runs .", "small girl sees a big ball !", "cat sleeps ?", "red horse",
@@ -74,10 +77,10 @@ def test_concurrent_clients_are_batched_together_and_get_their_own_answers(trans
             t.join()
         assert answers == offline
         metrics = client.get("/metrics").text
-    batches = float(metric(metrics, "transformer_mt_batch_sentences_count"))
-    sentences = float(metric(metrics, "transformer_mt_batch_sentences_sum"))
-    assert sentences == len(SENTENCES) + 1  # and the warm-up sentence
-    assert batches < sentences - 1, "some clients' sentences shared a batch"
+    rounds = float(metric(metrics, "transformer_mt_batch_sentences_count"))
+    alone = float(metric(metrics, 'transformer_mt_batch_sentences_bucket{le="1.0"}'))
+    assert float(metric(metrics, "transformer_mt_sentences_total")) == len(SENTENCES) + 1
+    assert alone < rounds, "some clients' sentences were decoded together"
 
 
 def metric(text: str, name: str) -> str:
@@ -203,16 +206,16 @@ def test_a_full_queue_answers_429_with_retry_after_and_recovers(translator):
 
 
 def test_a_decoding_error_fails_only_its_request(translator, monkeypatch):
-    poison = translator.vocab.encode("horse") + [translator.model.cfg.eos_id]
-    real = translator.translate_ids
+    poison = torch.tensor(translator.vocab.encode("horse") + [translator.model.cfg.eos_id])
+    real = translator.model.encode
 
-    def failing(sources, cfg, **kwargs):
-        if poison in sources:
+    def failing(src_BS):
+        if any(row[row.ne(0)].equal(poison) for row in src_BS):
             raise RuntimeError("poisoned sentence")
-        return real(sources, cfg, **kwargs)
+        return real(src_BS)
 
     with client_for(translator, max_wait_ms=200.0) as client:
-        monkeypatch.setattr(translator, "translate_ids", failing)
+        monkeypatch.setattr(translator.model, "encode", failing)
         results = {}
         barrier = threading.Barrier(2)
 
@@ -328,3 +331,40 @@ def test_fifty_real_sentences_in_any_grouping_equal_the_translate_command(shared
             for t in threads:
                 t.join()
             assert [text for start in sorted(got) for text in got[start]] == expected
+
+
+def test_a_sentence_joins_the_running_search_and_leaves_when_done(translator):
+    """Continuous batching, deterministically: B is queued after A's first step; it joins A's
+    search at the next, both get the offline translations, and B, shorter, is answered first."""
+    cfg = dataclasses.replace(translator.decode_cfg, min_length=20, max_length_offset=30)
+    ids = {name: translator.encode_source(text, 0) for name, text in
+           (("a", "small girl sees a big ball !"), ("b", "dog"))}
+    offline = {name: translator.translate_ids([i], cfg)[0][0].text for name, i in ids.items()}
+    rounds, answered, queued = [], [], threading.Event()
+
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        futures = {}
+
+        def submit_b():
+            futures["b"] = batcher.submit([ids["b"]], cfg)[0]
+            futures["b"].add_done_callback(lambda _: answered.append("b"))
+            queued.set()
+
+        def observe(sentences, finished, *_):
+            rounds.append((sentences, finished))
+            if len(rounds) == 1:
+                loop.call_soon_threadsafe(submit_b)
+                queued.wait(10)
+
+        batcher = Batcher(translator, ServeConfig(), observe=observe)
+        futures["a"] = batcher.submit([ids["a"]], cfg)[0]
+        futures["a"].add_done_callback(lambda _: answered.append("a"))
+        a = await futures["a"]
+        b = await futures["b"]
+        batcher.close(timeout=10)
+        return {"a": a[0][0].text, "b": b[0][0].text}
+
+    assert asyncio.run(scenario()) == offline
+    assert rounds[0] == (1, 0) and rounds[1][0] == 2  # B decoded beside A from step 2
+    assert answered == ["b", "a"]

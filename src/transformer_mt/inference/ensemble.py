@@ -34,6 +34,14 @@ class EnsembleCache:
         for cache in self.caches:
             cache.keep_sources(index_A)
 
+    def merge(self, other: EnsembleCache) -> None:
+        for cache, theirs in zip(self.caches, other.caches, strict=True):
+            cache.merge(theirs)
+
+    def drop_front(self, m: int) -> None:
+        for cache in self.caches:
+            cache.drop_front(m)
+
 
 class Ensemble(nn.Module):
     """Models with the same vocabulary and special ids, decoded together. `cfg` is the first

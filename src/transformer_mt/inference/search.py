@@ -35,6 +35,13 @@ class DecodingCache(Protocol):
     def keep_sources(self, index_A: Tensor) -> None:
         """Keep only the sentences (all their rows) of index_A; the others finished."""
 
+    # For sentences joining a running search (BeamSearch.add) only:
+    def merge(self, other: DecodingCache) -> None:
+        """Append the rows of `other`, new, whose outputs begin at the next position."""
+
+    def drop_front(self, m: int) -> None:
+        """Forget the first m positions, which no row's output holds any more."""
+
 
 class DecodingModel(Protocol):
     """What a search decodes with: `cfg` gives pad_id, bos_id, eos_id, vocab_size and
@@ -84,15 +91,18 @@ def cache_dtype(cfg: DecodeConfig) -> torch.dtype | None:
 
 
 def _next_log_probs(model, tokens_BT: Tensor, memory, cache, max_len_B: Tensor,
-                    min_length: int) -> Tensor:
+                    min_length: int, position_B: Tensor | None = None) -> Tensor:
     """Log-probabilities (B, V) of the next token; EOS forced where max_len_B is reached and
-    forbidden while the output is shorter than min_length."""
+    forbidden while the output is shorter than min_length. position_B: the next token is
+    the position-th of each row's output (None: the tokens' length, for every row)."""
     logits_BV = model.decode(tokens_BT[:, -1:], memory, cache)[:, -1].float()
     logp_BV = torch.log_softmax(logits_BV, dim=-1)
     eos = model.cfg.eos_id
-    position = tokens_BT.size(1)  # the next token is the position-th of the output
-    if position < min_length:
+    position = tokens_BT.size(1) if position_B is None else position_B
+    if position_B is None and position < min_length:
         logp_BV[:, eos] = float("-inf")
+    elif position_B is not None and min_length:
+        logp_BV[:, eos].masked_fill_(position_B < min_length, float("-inf"))
     at_limit_B = max_len_B <= position  # the next token is the last one allowed
     if bool(at_limit_B.any()):  # only then: a pass over (B, V)
         eos_lp_B = logp_BV[:, eos].clone()
@@ -192,63 +202,129 @@ def filter_logits(logits_BV: Tensor, *, top_k: int, top_p: float) -> Tensor:
     return logits_BV
 
 
-@torch.inference_mode()
-def beam_search(model: DecodingModel, src_BS: Tensor, cfg: DecodeConfig) -> list[list[Hypothesis]]:
+class BeamSearch:
     """Batched beam search (§6.1): beam_size hypotheses per sentence, ranked by
     log P(Y|X) / lp(Y). Each step keeps the 2N best extensions of the N alive hypotheses; those
     ending in EOS and ranked within the first N are finished, the N best others stay alive.
     A sentence is done when N hypotheses have finished (with cfg.beam_stop "bound": and no live
-    one can outscore the N-th best of them), or at its maximum length; the search stops when
-    every sentence is done. Returns the n_best finished hypotheses per
-    sentence, best first."""
-    mcfg = model.cfg
-    B, N = src_BS.size(0), cfg.beam_size
-    device = src_BS.device
-    memory = model.encode(src_BS)
-    # One row per sentence (its BOS) until the first step has chosen N hypotheses; from then on
-    # rows a*N .. a*N+N-1 continue sentence active[a]. n: rows per sentence now.
-    cache = model.new_cache(memory, kv_dtype=cache_dtype(cfg))
-    # A: sentences still searching; finished ones leave the batch (and the caches) at once
-    active = list(range(B))
-    max_len_A = max_output_lengths(src_BS, mcfg.pad_id, cfg)
-    tokens_AnT = torch.full((B, 1), mcfg.bos_id, dtype=torch.long, device=device)
-    alive_lp_An = torch.zeros(B, 1, device=device)
-    finished: list[list[Hypothesis]] = [[] for _ in range(B)]
-    while active:
-        A, n = alive_lp_An.shape
-        logp_AnV = _next_log_probs(model, tokens_AnT, memory, cache,
-                                   max_len_A.repeat_interleave(n), cfg.min_length)
+    one can outscore the N-th best of them), or at its maximum length; it then leaves the
+    batch (and the caches) at once, with its n_best finished hypotheses, best first.
+
+    Sentences may join between steps (`add`; continuous batching, as the server does): their
+    rows are appended, their outputs begin at the step they join, and the positions before it
+    are masked, so that a sentence's search is the same whenever it joins. That needs a
+    cache with `merge` (a Transformer's, an Ensemble's)."""
+
+    def __init__(self, model: DecodingModel, cfg: DecodeConfig):
+        self.model, self.cfg = model, cfg
+        self.keys: list[Any] = []  # A: the caller's key of each sentence still searching
+        self.finished: list[list[Hypothesis]] = []  # (A,) its finished hypotheses
+        self.cache: DecodingCache | None = None
+        # Rows a*n .. a*n+n-1 continue sentence a: n is 1 (its BOS) until the first step has
+        # chosen N hypotheses. A sentence's output begins at column first_A[a] of tokens.
+        self.tokens_AnT = self.alive_lp_An = self.max_len_A = self.first_A = torch.empty(0)
+
+    def __len__(self) -> int:
+        """Sentences still searching."""
+        return len(self.keys)
+
+    def add(self, src_BS: Tensor, keys: list[Any]) -> None:
+        """Sentences (B, S) join the search; `step` hands back their results under `keys`."""
+        mcfg, B = self.model.cfg, src_BS.size(0)
+        memory = self.model.encode(src_BS)
+        max_len_B = max_output_lengths(src_BS, mcfg.pad_id, self.cfg)
+        if not self.keys:  # a new search: one row per sentence until the first step
+            self.memory = memory  # decode reads the sources from the cache, merged or not
+            self.cache = self.model.new_cache(memory, kv_dtype=cache_dtype(self.cfg))
+            self.tokens_AnT = torch.full((B, 1), mcfg.bos_id, dtype=torch.long,
+                                         device=src_BS.device)
+            self.alive_lp_An = torch.zeros(B, 1, device=src_BS.device)
+            self.max_len_A, self.first_A = max_len_B, torch.zeros_like(max_len_B)
+        else:  # n rows each, all but the first dead (-inf), so the first step starts from one
+            n, T = self.alive_lp_An.size(1), self.tokens_AnT.size(1)
+            self.cache.merge(self.model.new_cache(memory, n, kv_dtype=cache_dtype(self.cfg)))
+            tokens_BnT = self.tokens_AnT.new_full((B * n, T), mcfg.pad_id)
+            tokens_BnT[:, -1] = mcfg.bos_id
+            alive_lp_Bn = self.alive_lp_An.new_full((B, n), float("-inf"))
+            alive_lp_Bn[:, 0] = 0.0
+            self.tokens_AnT = torch.cat([self.tokens_AnT, tokens_BnT])
+            self.alive_lp_An = torch.cat([self.alive_lp_An, alive_lp_Bn])
+            self.max_len_A = torch.cat([self.max_len_A, max_len_B])
+            self.first_A = torch.cat([self.first_A, max_len_B.new_full((B,), T - 1)])
+        self.keys += keys
+        self.finished += [[] for _ in range(B)]
+
+    def step(self) -> list[tuple[Any, list[Hypothesis]]]:
+        """Extend every sentence by one token; (key, n-best) of the sentences that are done."""
+        cfg, mcfg, N = self.cfg, self.model.cfg, self.cfg.beam_size
+        A, n = self.alive_lp_An.shape
+        device = self.alive_lp_An.device
+        joined = bool(self.first_A.any())
+        # tokens of a hypothesis that ends now, EOS included
+        length_A = self.tokens_AnT.size(1) - self.first_A
+        logp_AnV = _next_log_probs(self.model, self.tokens_AnT, self.memory, self.cache,
+                                   self.max_len_A.repeat_interleave(n), cfg.min_length,
+                                   length_A.repeat_interleave(n) if joined else None)
         V = logp_AnV.size(-1)
         if V < 2 * N:
             raise ValueError(f"beam search keeps 2 x beam_size = {2 * N} candidates; the "
                              f"vocabulary has only {V} tokens")
-        cand_lp_AX = logp_AnV.view(A, n, V).add_(alive_lp_An[:, :, None]).view(A, n * V)
+        cand_lp_AX = logp_AnV.view(A, n, V).add_(self.alive_lp_An[:, :, None]).view(A, n * V)
         top_lp_A2N, top_idx_A2N = topk_in_blocks(cand_lp_AX, 2 * N)
         origin_A2N, token_A2N = top_idx_A2N // V, top_idx_A2N % V
         is_eos_A2N = token_A2N.eq(mcfg.eos_id)
-        length = tokens_AnT.size(1)  # tokens of a hypothesis that ends now, EOS included
-        for a, j in (is_eos_A2N[:, :N] & top_lp_A2N[:, :N].isfinite()).nonzero().tolist():
+        ends = (is_eos_A2N[:, :N] & top_lp_A2N[:, :N].isfinite()).nonzero().tolist()
+        if ends:
+            lengths, firsts = length_A.tolist(), self.first_A.tolist()
+        for a, j in ends:
             lp = float(top_lp_A2N[a, j])
             row = a * n + int(origin_A2N[a, j])
-            finished[active[a]].append(Hypothesis(
-                tokens_AnT[row, 1:].tolist(), lp, lp / length_penalty(length, cfg.length_penalty)))
-        alive_lp_An, pick_AN = top_lp_A2N.masked_fill(is_eos_A2N, float("-inf")).topk(N, dim=1)
+            self.finished[a].append(Hypothesis(
+                self.tokens_AnT[row, firsts[a] + 1 :].tolist(), lp,
+                lp / length_penalty(lengths[a], cfg.length_penalty)))
+        self.alive_lp_An, pick_AN = \
+            top_lp_A2N.masked_fill(is_eos_A2N, float("-inf")).topk(N, dim=1)
         first_row_A1 = torch.arange(A, device=device)[:, None] * n
         rows = (first_row_A1 + origin_A2N.gather(1, pick_AN)).view(-1)  # (A*N,)
-        tokens_AnT = torch.cat([tokens_AnT[rows], token_A2N.gather(1, pick_AN).view(-1, 1)], 1)
-        cache.reorder(rows, beams=N)
-        at_limit = (max_len_A <= length).tolist()  # one read, not one per sentence
-        bound = _best_possible_scores(alive_lp_An, max_len_A, cfg)
+        self.tokens_AnT = torch.cat([self.tokens_AnT[rows],
+                                     token_A2N.gather(1, pick_AN).view(-1, 1)], 1)
+        self.cache.reorder(rows, beams=N)
+        at_limit = (self.max_len_A <= length_A).tolist()  # one read, not one per sentence
+        bound = _best_possible_scores(self.alive_lp_An, self.max_len_A, cfg)
         still = [a for a in range(A)
-                 if not at_limit[a] and not _beam_done(finished[active[a]], N, bound[a])]
-        if len(still) < A:  # drop the sentences that are done
-            keep_A = torch.tensor(still, dtype=torch.long, device=device)
-            keep_rows = (keep_A[:, None] * N + torch.arange(N, device=device)).view(-1)
-            tokens_AnT, alive_lp_An = tokens_AnT[keep_rows], alive_lp_An[keep_A]
-            max_len_A = max_len_A[keep_A]
-            cache.keep_sources(keep_A)
-            active = [active[a] for a in still]
-    return [sorted(hyps, key=lambda h: -h.score)[: cfg.n_best] for hyps in finished]
+                 if not at_limit[a] and not _beam_done(self.finished[a], N, bound[a])]
+        return self._leave(still) if len(still) < A else []
+
+    def _leave(self, still: list[int]) -> list[tuple[Any, list[Hypothesis]]]:
+        """Keep sentences `still`; the others leave with their n-best."""
+        N, device = self.cfg.beam_size, self.alive_lp_An.device
+        kept = set(still)
+        done = [(key, sorted(hyps, key=lambda h: -h.score)[: self.cfg.n_best])
+                for a, (key, hyps) in enumerate(zip(self.keys, self.finished, strict=True))
+                if a not in kept]
+        keep_A = torch.tensor(still, dtype=torch.long, device=device)
+        keep_rows = (keep_A[:, None] * N + torch.arange(N, device=device)).view(-1)
+        self.tokens_AnT, self.alive_lp_An = self.tokens_AnT[keep_rows], self.alive_lp_An[keep_A]
+        self.max_len_A, self.first_A = self.max_len_A[keep_A], self.first_A[keep_A]
+        self.cache.keep_sources(keep_A)
+        self.keys = [self.keys[a] for a in still]
+        self.finished = [self.finished[a] for a in still]
+        if still and (m := int(self.first_A.min())) > 0:  # columns no output holds any more
+            self.tokens_AnT, self.first_A = self.tokens_AnT[:, m:], self.first_A - m
+            self.cache.drop_front(m)
+        return done
+
+
+@torch.inference_mode()
+def beam_search(model: DecodingModel, src_BS: Tensor, cfg: DecodeConfig) -> list[list[Hypothesis]]:
+    """`BeamSearch` of one batch: the n_best finished hypotheses of each sentence, best first."""
+    search = BeamSearch(model, cfg)
+    search.add(src_BS, list(range(src_BS.size(0))))
+    results: list[list[Hypothesis]] = [[] for _ in range(src_BS.size(0))]
+    while search:
+        for b, hyps in search.step():
+            results[b] = hyps
+    return results
 
 
 def _best_possible_scores(alive_lp_AN: Tensor, max_len_A: Tensor,

@@ -6,21 +6,24 @@ next-token distribution that way)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from ..config import DecodeConfig
 from ..data.vocab import Vocabulary
 from ..hardware.cpu_speed import warn_if_bf16_is_slow
+from ..model.attention import attention_kernels
 from ..model.transformer import Transformer
 from ..storage.model_dir import VOCAB_FILE, load_model
 from .ensemble import Ensemble
 from .quantize import quantize_int8
-from .search import DecodingModel, Hypothesis, generate
+from .search import BeamSearch, DecodingModel, Hypothesis, generate
 
 
 @dataclass(frozen=True)
@@ -107,21 +110,33 @@ class Translator:
         `cfg` (the server decodes each batch with its requests' settings)."""
         order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
         results: list[list[Translation]] = [[] for _ in sources]
-        device = next(self.model.parameters()).device
         size = cfg.batch_size
         for start in range(0, len(order), size):
             batch = order[start : start + size]
-            src_BS = torch.full((len(batch), max(len(sources[i]) for i in batch)),
-                                self.model.cfg.pad_id, dtype=torch.long)
-            for row, i in enumerate(batch):
-                src_BS[row, : len(sources[i])] = torch.tensor(sources[i])
-            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16):
-                nbests = generate(self.model, src_BS.to(device), cfg)
+            with self._precision(cfg):
+                nbests = generate(self.model, self._padded([sources[i] for i in batch]), cfg)
             for i, hyps in zip(batch, nbests, strict=True):
                 results[i] = [self._detokenize(h) for h in hyps]
             if progress is not None:
                 progress(start + len(batch))
         return results
+
+    def joins(self, cfg: DecodeConfig) -> bool:
+        """Whether sentences can join a running search with settings `cfg` (`RunningSearch`):
+        beam search of a Transformer or an Ensemble."""
+        return cfg.strategy == "beam" and isinstance(self.model, Transformer | Ensemble)
+
+    def _padded(self, sources: Sequence[list[int]]) -> torch.Tensor:
+        """(B, S) the encoded sentences, padded, on the model's device."""
+        src_BS = torch.full((len(sources), max(len(ids) for ids in sources)),
+                            self.model.cfg.pad_id, dtype=torch.long)
+        for row, ids in enumerate(sources):
+            src_BS[row, : len(ids)] = torch.tensor(ids)
+        return src_BS.to(next(self.model.parameters()).device)
+
+    def _precision(self, cfg: DecodeConfig) -> torch.autocast:
+        device = next(self.model.parameters()).device
+        return torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16)
 
     def _detokenize(self, hyp: Hypothesis) -> Translation:
         return Translation(self.vocab.decode(hyp.tokens), hyp.score, hyp.log_prob)
@@ -129,3 +144,36 @@ class Translator:
     def translate(self, sentences: Sequence[str]) -> list[str]:
         """The best translation of each sentence."""
         return [nbest[0].text for nbest in self.translate_nbest(sentences)]
+
+
+class RunningSearch:
+    """A beam search of `translator`'s model that encoded sentences (`encode_source`) join
+    between steps: the server's continuous batching. A sentence's translation is the one
+    `translate_ids` gives it (search.BeamSearch says why)."""
+
+    def __init__(self, translator: Translator, cfg: DecodeConfig):
+        if not translator.joins(cfg):
+            raise ValueError("sentences join a beam search of a Transformer or an Ensemble only")
+        self.translator, self.cfg = translator, cfg
+        self.search = BeamSearch(translator.model, cfg)
+        self.device = next(translator.model.parameters()).device
+
+    def __len__(self) -> int:
+        return len(self.search)
+
+    def add(self, sources: Sequence[list[int]], keys: list[Any]) -> None:
+        with self._decoding():
+            self.search.add(self.translator._padded(sources), keys)
+
+    def step(self) -> list[tuple[Any, list[Translation]]]:
+        """One token more for every sentence; (key, n-best) of those done."""
+        with self._decoding():
+            done = self.search.step()
+        return [(key, [self.translator._detokenize(h) for h in hyps]) for key, hyps in done]
+
+    def _decoding(self) -> contextlib.ExitStack:
+        stack = contextlib.ExitStack()
+        for context in (torch.inference_mode(), attention_kernels(self.device),
+                        self.translator._precision(self.cfg)):
+            stack.enter_context(context)
+        return stack

@@ -90,18 +90,23 @@ def causal_mask(t: int, offset: int = 0, device: torch.device | None = None) -> 
 
 class KVCache:
     """Keys and values of one self-attention layer for the positions decoded so far. Appending a
-    step copies only the new position, into a buffer that grows by doubling. A reorder (beam
-    search moving hypotheses between rows, finished sentences leaving) copies the kept rows'
-    filled positions into a new buffer with one position to spare, so that attention reads
-    keys and values that are contiguous (benchmarks/results/archive/speed-kv-tight).
-    dtype: kept in that dtype (e.g. bfloat16: half the bytes to move) instead of the
-    projections'."""
+    step copies only the new position, into a buffer that grows by doubling. Row changes (beam
+    search moving hypotheses between rows, finished sentences leaving, new sentences joining,
+    positions no row needs any more) are noted, and the next `extend` applies them all in one
+    copy of the kept rows' positions into a new buffer with one position to spare, so that
+    attention reads keys and values that are contiguous (benchmarks/results/archive/
+    speed-kv-tight). dtype: kept in that dtype (e.g. bfloat16: half the bytes to move) instead
+    of the projections'."""
 
     def __init__(self, dtype: torch.dtype | None = None):
         self.k_BHCK: Tensor | None = None  # C: capacity >= length
         self.v_BHCV: Tensor | None = None
         self.length = 0
         self.dtype = dtype
+        # Changes not applied yet: the buffer row each row takes (-1: a new row of zeros)...
+        self.rows_B: Tensor | None = None
+        self.new_rows = False
+        self.front = 0  # ... and the positions at the front that are dropped
 
     def __len__(self) -> int:
         return self.length
@@ -110,38 +115,62 @@ class KVCache:
         """Append the new positions; return keys and values of all positions so far."""
         if self.dtype is not None:
             k_BHTK, v_BHTV = k_BHTK.to(self.dtype), v_BHTV.to(self.dtype)
+        if self.rows_B is not None or self.front:
+            self.k_BHCK, self.v_BHCV = self._changed(self.k_BHCK), self._changed(self.v_BHCV)
+            self.rows_B, self.new_rows, self.front = None, False, 0
         end = self.length + k_BHTK.size(2)
         if self.k_BHCK is None or end > self.k_BHCK.size(2):
             capacity = max(2 * end, 16)
-            self.k_BHCK = self._copied(self.k_BHCK, like=k_BHTK, capacity=capacity)
-            self.v_BHCV = self._copied(self.v_BHCV, like=v_BHTV, capacity=capacity)
+            self.k_BHCK = self._grown(self.k_BHCK, like=k_BHTK, capacity=capacity)
+            self.v_BHCV = self._grown(self.v_BHCV, like=v_BHTV, capacity=capacity)
         self.k_BHCK[:, :, self.length : end] = k_BHTK
         self.v_BHCV[:, :, self.length : end] = v_BHTV
         self.length = end
         return self.k_BHCK[:, :, :end], self.v_BHCV[:, :, :end]
 
-    def _copied(self, old_BHCX: Tensor | None, *, like: Tensor, capacity: int,
-                rows_B: Tensor | None = None) -> Tensor:
-        """A new buffer of `capacity` positions holding the filled positions of `old` (of its
-        rows `rows_B` when given), shaped like `like` otherwise."""
-        B = like.size(0) if rows_B is None else len(rows_B)
-        new_BHCX = like.new_empty(B, like.size(1), capacity, like.size(3))
+    def _grown(self, old_BHCX: Tensor | None, *, like: Tensor, capacity: int) -> Tensor:
+        """A new buffer of `capacity` positions holding old's filled ones, shaped like `like`
+        otherwise."""
+        new_BHCX = like.new_empty(like.size(0), like.size(1), capacity, like.size(3))
         if old_BHCX is not None:
-            filled_BHLX = old_BHCX[:, :, : self.length]
-            if rows_B is None:
-                new_BHCX[:, :, : self.length] = filled_BHLX
-            else:
-                torch.index_select(filled_BHLX, 0, rows_B, out=new_BHCX[:, :, : self.length])
+            new_BHCX[:, :, : self.length] = old_BHCX[:, :, : self.length]
         return new_BHCX
+
+    def _changed(self, old_BHCX: Tensor) -> Tensor:
+        """The noted row changes applied: a buffer of the rows' kept positions and one to
+        spare."""
+        rows_B = self.rows_B if self.rows_B is not None else \
+            torch.arange(old_BHCX.size(0), device=old_BHCX.device)
+        kept = old_BHCX[:, :, self.front : self.front + self.length]
+        new_BHCX = old_BHCX.new_empty(len(rows_B), old_BHCX.size(1), self.length + 1,
+                                      old_BHCX.size(3))
+        torch.index_select(kept, 0, rows_B.clamp(min=0), out=new_BHCX[:, :, : self.length])
+        if self.new_rows:
+            new_BHCX[:, :, : self.length].index_fill_(0, (rows_B < 0).nonzero().view(-1), 0)
+        return new_BHCX
+
+    def _rows(self) -> Tensor:
+        if self.rows_B is not None:
+            return self.rows_B
+        return torch.arange(self.k_BHCK.size(0), device=self.k_BHCK.device)
 
     def reorder(self, index_B: Tensor) -> None:
         """Row i now holds what row index_B[i] held."""
         if self.k_BHCK is not None:
-            capacity = self.length + 1  # the next step's position
-            self.k_BHCK = self._copied(self.k_BHCK, like=self.k_BHCK, capacity=capacity,
-                                       rows_B=index_B)
-            self.v_BHCV = self._copied(self.v_BHCV, like=self.v_BHCV, capacity=capacity,
-                                       rows_B=index_B)
+            self.rows_B = self._rows()[index_B]
+
+    def add_rows(self, n: int) -> None:
+        """n rows more, after the others, whose positions so far hold zeros (sentences that
+        join a running search; their attention masks those positions)."""
+        if self.k_BHCK is not None:
+            rows_B = self._rows()
+            self.rows_B = torch.cat([rows_B, rows_B.new_full((n,), -1)])
+            self.new_rows = True
+
+    def drop_front(self, m: int) -> None:
+        """Forget the first m positions of every row (no row attends to them any more)."""
+        self.front += m
+        self.length -= m
 
 
 class MultiHeadAttention(nn.Module):

@@ -64,16 +64,22 @@ class Embeddings(nn.Module):
         self.drop = Dropout(cfg.dropout)
         self.word_dropout = word_dropout
 
-    def positions(self, start: int, length: int) -> Tensor:
-        if hasattr(self, "learned_positions"):
-            return self.learned_positions.weight[start : start + length]
-        return self.sinusoids[start : start + length]
+    def positions(self, start: int | Tensor, length: int) -> Tensor:
+        """(T, D) for positions start .. start+T-1, or (B, T, D) where start is (B,): each
+        row's own first position."""
+        table = self.learned_positions.weight if hasattr(self, "learned_positions") else \
+            self.sinusoids
+        if isinstance(start, Tensor):
+            return table[start[:, None] + torch.arange(length, device=start.device)]
+        return table[start : start + length]
 
-    def forward(self, ids_BT: Tensor, start: int = 0) -> Tensor:
-        """ids (B, T) at positions start .. start+T-1 -> (B, T, D)."""
-        if start + ids_BT.size(1) > self.max_positions:
+    def forward(self, ids_BT: Tensor, start: int | Tensor = 0) -> Tensor:
+        """ids (B, T) at positions start .. start+T-1 -> (B, T, D); start may be one per row
+        (B,)."""
+        last = int(start.max()) if isinstance(start, Tensor) else start
+        if last + ids_BT.size(1) > self.max_positions:
             raise ValueError(
-                f"sequence of {start + ids_BT.size(1)} positions exceeds "
+                f"sequence of {last + ids_BT.size(1)} positions exceeds "
                 f"model.max_positions={self.max_positions}"
             )
         tokens_BTD = self.tokens(ids_BT)
@@ -228,19 +234,67 @@ class DecoderCache:
 
     def __init__(self, cross_kvs: list[tuple[Tensor, Tensor]], cross_mask: Tensor, n_layers: int,
                  beams: int = 1, kv_dtype: torch.dtype | None = None,
-                 pre_softmax_DV: Tensor | None = None):
+                 pre_softmax_DV: Callable[[], Tensor] | None = None):
         """kv_dtype: keep every key and value (cross and self) in that dtype. pre_softmax_DV:
-        the pre-softmax weight transposed (see Transformer.pre_softmax), or None."""
-        self.pre_softmax_DV = pre_softmax_DV
+        makes the pre-softmax weight transposed (see Transformer.pre_softmax), at the first
+        step (a cache merged into another never makes it), or None."""
+        self._make_pre_softmax_DV = pre_softmax_DV
+        self._pre_softmax_DV: Tensor | None = None
         self.cross_kvs = cross_kvs if kv_dtype is None else \
             [(k.to(kv_dtype), v.to(kv_dtype)) for k, v in cross_kvs]
         self.cross_mask = cross_mask
         self.beams = beams
         self.self_kv = [KVCache(kv_dtype) for _ in range(n_layers)]
+        # (B,) the cached position where each row's output begins, once rows have joined
+        # later than others (`merge`); None while all begin at 0
+        self.first_B: Tensor | None = None
+
+    @property
+    def pre_softmax_DV(self) -> Tensor | None:
+        if self._pre_softmax_DV is None and self._make_pre_softmax_DV is not None:
+            self._pre_softmax_DV = self._make_pre_softmax_DV()
+        return self._pre_softmax_DV
 
     def __len__(self) -> int:
-        """Number of target positions decoded so far."""
+        """Number of target positions decoded so far (by the rows decoding longest)."""
         return len(self.self_kv[0])
+
+    def positions(self) -> int | Tensor:
+        """The position of the next target token: one for all rows, or (B,) one per row."""
+        return len(self) if self.first_B is None else len(self) - self.first_B
+
+    def step_mask(self) -> Tensor | None:
+        """(B, 1, 1, len + 1) the keys a row's next position may attend to, its own output's;
+        None where every row may attend to all."""
+        if self.first_B is None:
+            return None
+        keys_L = torch.arange(len(self) + 1, device=self.first_B.device)
+        return (keys_L >= self.first_B[:, None])[:, None, None, :]
+
+    def merge(self, other: DecoderCache) -> None:
+        """Take in the rows of `other`, a new cache of other sources with nothing decoded yet:
+        their outputs begin at the next position (continuous batching: sentences join a
+        running search). Sources are padded to the longer of the two, and masked."""
+        if len(other) or other.beams != self.beams:
+            raise ValueError("a merged cache must be new and have as many rows per source")
+        rows, new_rows = (c.cross_mask.size(0) * c.beams for c in (self, other))
+        first_B = self.first_B if self.first_B is not None else \
+            torch.zeros(rows, dtype=torch.long, device=self.cross_mask.device)
+        self.first_B = torch.cat([first_B, first_B.new_full((new_rows,), len(self))])
+        S = max(self.cross_mask.size(-1), other.cross_mask.size(-1))
+        self.cross_kvs = [(_cat_padded(k, k2, S, dim=2), _cat_padded(v, v2, S, dim=2))
+                          for (k, v), (k2, v2) in zip(self.cross_kvs, other.cross_kvs,
+                                                      strict=True)]
+        self.cross_mask = _cat_padded(self.cross_mask, other.cross_mask, S, dim=3)
+        for cache in self.self_kv:
+            cache.add_rows(new_rows)
+
+    def drop_front(self, m: int) -> None:
+        """Forget the first m cached positions, which no row's output holds any more."""
+        for cache in self.self_kv:
+            cache.drop_front(m)
+        if self.first_B is not None:
+            self.first_B = self.first_B - m
 
     def reorder(self, index_B: Tensor, beams: int | None = None) -> None:
         """Row i now continues the hypothesis that was in row index_B[i] (same sentence).
@@ -248,6 +302,8 @@ class DecoderCache:
         turns each sentence's one row into beam_size)."""
         for cache in self.self_kv:
             cache.reorder(index_B)
+        if self.first_B is not None:
+            self.first_B = self.first_B[index_B]
         if beams is not None:
             self.beams = beams
 
@@ -258,6 +314,19 @@ class DecoderCache:
         self.cross_mask = self.cross_mask.index_select(0, index_A)
         beam_A1 = torch.arange(self.beams, device=index_A.device)[None, :]
         self.reorder((index_A[:, None] * self.beams + beam_A1).view(-1))
+
+
+def _cat_padded(x: Tensor, y: Tensor, size: int, *, dim: int) -> Tensor:
+    """x and y concatenated along rows, each first padded with zeros (False) along `dim` to
+    `size`."""
+    def padded(t: Tensor) -> Tensor:
+        if t.size(dim) == size:
+            return t
+        shape = list(t.shape)
+        shape[dim] = size - t.size(dim)
+        return torch.cat([t, t.new_zeros(shape)], dim=dim)
+
+    return torch.cat([padded(x), padded(y)])
 
 
 class Transformer(nn.Module):
@@ -312,11 +381,12 @@ class Transformer(nn.Module):
         """An empty decoding cache for `memory`, for `beams` target rows per source (rows
         b * beams .. b * beams + beams - 1 continue source b); projects the cross-attention
         keys/values once and, without autograd, copies the pre-softmax weight transposed
-        (`pre_softmax`). kv_dtype: keep keys and values in it (attention then runs in it)."""
+        (`pre_softmax`) at the first step. kv_dtype: keep keys and values in it (attention
+        then runs in it)."""
         weight_DV = None
         if not torch.is_grad_enabled() and isinstance(self.generator, nn.Linear):
-            dtype = matmul_dtype(memory.states_BSD)
-            weight_DV = self.generator.weight.detach().t().to(dtype).contiguous()
+            dtype, weight = matmul_dtype(memory.states_BSD), self.generator.weight
+            weight_DV = lambda: weight.detach().t().to(dtype).contiguous()  # noqa: E731
         return DecoderCache(self.cross_kvs(memory), padding_mask(memory.src_is_pad_BS),
                             len(self.decoder.layers), beams, kv_dtype, weight_DV)
 
@@ -327,8 +397,10 @@ class Transformer(nn.Module):
         cache, tgt holds only the positions after those already decoded into it."""
         start = 0 if cache is None else len(cache)
         T = tgt_BT.size(1)
-        # (T, start + T); none where one new position attends to every cached one
-        self_mask = None if cache is not None and T == 1 else \
+        if cache is not None and cache.first_B is not None and T > 1:
+            raise ValueError("a cache that rows joined (merge) decodes one position at a time")
+        # (T, start + T); one step: none, or the positions of each row's own output
+        self_mask = cache.step_mask() if cache is not None and T == 1 else \
             causal_mask(T, start, device=tgt_BT.device)
         if cache is None:
             tgt_is_pad_BT = tgt_BT.eq(self.cfg.pad_id)
@@ -338,7 +410,8 @@ class Transformer(nn.Module):
         else:
             cross_kvs, cross_mask = cache.cross_kvs, cache.cross_mask
         x_BTD = self.decoder(
-            self.tgt_embed(tgt_BT, start), cross_kvs=cross_kvs, self_mask=self_mask,
+            self.tgt_embed(tgt_BT, start if cache is None else cache.positions()),
+            cross_kvs=cross_kvs, self_mask=self_mask,
             cross_mask=cross_mask, caches=None if cache is None else cache.self_kv,
             beams=1 if cache is None else cache.beams,
         )

@@ -111,7 +111,7 @@ def create_app(translator: Translator, cfg: ServeConfig, *,
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         app.state.batcher = batcher or Batcher(translator, cfg)
-        app.state.batcher.observe = metrics.observe_batch
+        app.state.batcher.observe = metrics.observe_round
         metrics.queue_depth.set_function(lambda: app.state.batcher.depth)
         if warm_up:
             await _translate(None, ["warm up"], request_settings(translator.decode_cfg, cfg),

@@ -1,12 +1,15 @@
 """Dynamic batching across clients: the sentences of concurrent requests wait in one queue and
-are decoded together, in batches bounded by a token budget and a maximum wait.
+are decoded together, in a search bounded by a token budget and the decoding batch size.
 
-Each request is split into its sentences. One worker thread takes, request by request in turn
-(round robin, so that one long request cannot starve short ones), the sentences that share the
-first waiting sentence's decoding settings, until the batch holds `max_batch_tokens` source
-tokens or the decoding batch size, waiting at most `max_wait_ms` for more to arrive. Results go
-back to each request's asyncio futures. A batch whose decoding fails is decoded again one
-request at a time, so that only the request that fails gets the error.
+Each request is split into its sentences. One worker takes, request by request in turn (round
+robin, so that one long request cannot starve short ones), sentences that share the first
+waiting sentence's decoding settings, waiting at most `max_wait_ms` for more to arrive when it
+is idle. With beam search of a Transformer or an Ensemble the batching is continuous: between
+any two steps of the running search, waiting sentences with its settings join it, up to the
+budget, and each leaves, answered, as soon as it is done, so the search stays full while clients
+keep sending (a request with other settings waits for the running search to empty). Other
+models and strategies decode batch by batch. If decoding fails, the sentences it held are
+decoded again one request at a time, so that only the request that fails gets the error.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..config import DecodeConfig, ServeConfig
-from ..inference.translator import Translation, Translator
+from ..inference.translator import RunningSearch, Translation, Translator
 
 log = logging.getLogger(__name__)
 
@@ -45,16 +48,17 @@ class Job:
     future: asyncio.Future
     loop: asyncio.AbstractEventLoop
     enqueued: float = field(default_factory=time.monotonic)
+    started: float = 0.0  # when its decoding began
 
-    def resolve(self, result: list[Translation] | BaseException, *, started: float) -> None:
+    def resolve(self, result: list[Translation] | BaseException) -> None:
         """Hand the n-best list (or the error) to the request, as (n-best, seconds waited,
         seconds decoding) for its log line."""
         if isinstance(result, BaseException):
             setter, value = self.future.set_exception, result
         else:
             now = time.monotonic()
-            setter, value = self.future.set_result, (result, started - self.enqueued,
-                                                     now - started)
+            setter, value = self.future.set_result, (result, self.started - self.enqueued,
+                                                     now - self.started)
         self.loop.call_soon_threadsafe(_set_unless_done, self.future, setter, value)
 
 
@@ -64,14 +68,16 @@ def _set_unless_done(future: asyncio.Future, setter: Callable, result) -> None:
 
 
 class Batcher:
-    """The queue and its worker. `observe(batch_sentences, batch_tokens, queue_waits,
-    decode_seconds)` is called after each batch (the server's metrics). With `thread` the
-    worker is a thread of its own; without, the caller runs `run()`: `transformer-mt serve`
-    decodes on the main thread, where torch's CPU kernels ran 1.7x faster than in another
-    thread (2-core Zen 4, benchmarks/results/serve-batching)."""
+    """The queue and its worker. `observe(sentences, finished, tokens, queue_waits,
+    seconds)` is called after each round of decoding (the server's metrics): one step of a
+    running search, or one batch, with the sentences it held, those it finished, and the
+    source tokens and queue waits of those that began. With `thread` the worker is a thread
+    of its own; without, the caller runs `run()`: `transformer-mt serve` decodes on the main
+    thread, where torch's CPU kernels ran 1.7x faster than in another thread (2-core Zen 4,
+    benchmarks/results/serve-batching)."""
 
     def __init__(self, translator: Translator, cfg: ServeConfig, *, thread: bool = True,
-                 observe: Callable[[int, int, list[float], float], None] | None = None):
+                 observe: Callable[[int, int, int, list[float], float], None] | None = None):
         self.translator, self.cfg, self.observe = translator, cfg, observe
         self.queues: collections.OrderedDict[int, collections.deque[Job]] = \
             collections.OrderedDict()  # request id -> its waiting sentences, in arrival order
@@ -114,10 +120,13 @@ class Batcher:
         self.stopped.wait(timeout)
 
     def run(self) -> None:
-        """Decode batches until closed and empty."""
+        """Decode until closed and empty."""
         try:
             while (batch := self._next_batch()) is not None:
-                self._decode(batch)
+                if self.translator.joins(batch[0].cfg):
+                    self._search(batch)
+                else:
+                    self._decode(batch)
         finally:
             self.stopped.set()
 
@@ -129,21 +138,31 @@ class Batcher:
                 if self.closing:
                     return None
                 self.lock.wait()
+            cfg = next(iter(self.queues.values()))[0].cfg
             deadline = time.monotonic() + self.cfg.max_wait_ms / 1000
-            while not self.closing and self._fill(take=False) is None and \
-                    (left := deadline - time.monotonic()) > 0:
+            while not self.closing and not self._fill(cfg, cfg.batch_size,
+                                                      self.cfg.max_batch_tokens, take=False) \
+                    and (left := deadline - time.monotonic()) > 0:
                 self.lock.wait(left)
-            batch = self._fill(take=True)
-            self.waiting -= len(batch)
-            return batch
+            return self._fill(cfg, cfg.batch_size, self.cfg.max_batch_tokens, take=True,
+                              at_least_one=True)
 
-    def _fill(self, *, take: bool) -> list[Job] | None:
-        """The next batch, round robin over the requests, of sentences sharing the first
-        waiting one's settings. Without `take`: None unless it is full already."""
-        first = next(iter(self.queues.values()))[0]
-        cfg, budget = first.cfg, self.cfg.max_batch_tokens
+    def _admit(self, cfg: DecodeConfig, sentences: int, tokens: int) -> list[Job]:
+        """Waiting sentences with settings `cfg`, at most `sentences` of `tokens` source
+        tokens, as long as the oldest waiting request has these settings."""
+        with self.lock:
+            if not self.waiting or next(iter(self.queues.values()))[0].cfg != cfg:
+                return []
+            return self._fill(cfg, sentences, tokens, take=True)
+
+    def _fill(self, cfg: DecodeConfig, sentences: int, tokens: int, *, take: bool,
+              at_least_one: bool = False) -> list[Job]:
+        """Sentences of settings `cfg`, round robin over the requests, up to `sentences`
+        sentences and `tokens` source tokens (the first one whatever its length with
+        `at_least_one`). Without `take` (the queue unchanged): [] unless full already.
+        Called with the lock held."""
         batch: list[Job] = []
-        tokens = 0
+        used = 0
         cursors = {r: 0 for r in self.queues}
         full = False
         while not full:
@@ -153,54 +172,90 @@ class Batcher:
                 if i >= len(queue) or queue[i].cfg != cfg:
                     continue
                 job = queue[i]
-                if batch and (tokens + len(job.ids) > budget or len(batch) >= cfg.batch_size):
+                over_budget = used + len(job.ids) > tokens and not (at_least_one and not batch)
+                if len(batch) >= sentences or over_budget:
                     full = True
                     break
                 batch.append(job)
-                tokens += len(job.ids)
+                used += len(job.ids)
                 cursors[request] = i + 1
                 progressed = True
             if not progressed:
                 break
         if not take:
-            return batch if full else None
+            return batch if full else []
         for request, n in cursors.items():
             for _ in range(n):
                 self.queues[request].popleft()
             if not self.queues[request]:
                 del self.queues[request]
+        self.waiting -= len(batch)
         return batch
 
+    def _search(self, batch: list[Job]) -> None:
+        """Continuous batching: a search that `batch` begins, and that waiting sentences with
+        its settings join between steps, until it holds none."""
+        cfg = batch[0].cfg
+        search = RunningSearch(self.translator, cfg)
+        held: dict[int, Job] = {}  # id(job) -> job, the sentences in the search
+        tokens = 0
+        while batch or held:
+            start = time.monotonic()
+            try:
+                if batch:
+                    for job in batch:
+                        job.started = start
+                        held[id(job)] = job
+                    tokens += sum(len(job.ids) for job in batch)
+                    search.add([job.ids for job in batch], [id(job) for job in batch])
+                done = search.step()
+            except Exception:  # noqa: BLE001 - isolate the request that fails
+                log.exception("a search of %d sentences failed; decoding its requests one by "
+                              "one", len(held))
+                self._decode_each_request(list(held.values()))
+                return
+            for key, nbest in done:
+                job = held.pop(key)
+                tokens -= len(job.ids)
+                job.resolve(nbest)
+            self._observe(len(search) + len(done), len(done), batch, start)
+            batch = self._admit(cfg, cfg.batch_size - len(held),
+                                self.cfg.max_batch_tokens - tokens)
+
     def _decode(self, batch: list[Job]) -> None:
+        """One batch, decoded whole (models and strategies that sentences cannot join)."""
         start = time.monotonic()
-        waits = [start - job.enqueued for job in batch]
+        for job in batch:
+            job.started = start
         try:
             results = self.translator.translate_ids([job.ids for job in batch], batch[0].cfg)
         except Exception:  # noqa: BLE001 - isolate the request that fails
             log.exception("a batch of %d sentences failed; decoding its requests one by one",
                           len(batch))
-            self._decode_each_request(batch, start)
+            self._decode_each_request(batch)
         else:
             for job, result in zip(batch, results, strict=True):
-                job.resolve(result, started=start)
-        if self.observe is not None:
-            self.observe(len(batch), sum(len(j.ids) for j in batch), waits,
-                         time.monotonic() - start)
+                job.resolve(result)
+        self._observe(len(batch), len(batch), batch, start)
 
-    def _decode_each_request(self, batch: list[Job], start: float) -> None:
+    def _observe(self, sentences: int, finished: int, began: list[Job], start: float) -> None:
+        if self.observe is not None:
+            self.observe(sentences, finished, sum(len(j.ids) for j in began),
+                         [start - j.enqueued for j in began], time.monotonic() - start)
+
+    def _decode_each_request(self, jobs: list[Job]) -> None:
         by_request: dict[int, list[Job]] = {}
-        for job in batch:
+        for job in jobs:
             by_request.setdefault(job.request, []).append(job)
         for jobs in by_request.values():
             try:
                 results = self.translator.translate_ids([j.ids for j in jobs], jobs[0].cfg)
             except Exception as err:  # noqa: BLE001 - the request's error, not the server's
                 for job in jobs:
-                    job.resolve(DecodingFailed(f"decoding failed: {type(err).__name__}: {err}"),
-                                started=start)
+                    job.resolve(DecodingFailed(f"decoding failed: {type(err).__name__}: {err}"))
             else:
                 for job, result in zip(jobs, results, strict=True):
-                    job.resolve(result, started=start)
+                    job.resolve(result)
 
 
 class DecodingFailed(RuntimeError):

@@ -29,13 +29,14 @@ class ServerMetrics:
                                          "time from a request's arrival to its answer",
                                          ["path"], buckets=LATENCY_BUCKETS, registry=r)
         self.queue_seconds = Histogram("transformer_mt_queue_seconds",
-                                       "time a sentence waited before its batch was decoded",
+                                       "time a sentence waited before its decoding began",
                                        buckets=LATENCY_BUCKETS, registry=r)
-        self.decode_seconds = Histogram("transformer_mt_batch_decode_seconds",
-                                        "time to decode one batch", buckets=LATENCY_BUCKETS,
+        self.decode_seconds = Histogram("transformer_mt_decode_round_seconds",
+                                        "time of one round of decoding: a step of the running "
+                                        "search, or a whole batch", buckets=LATENCY_BUCKETS,
                                         registry=r)
         self.batch_sentences = Histogram("transformer_mt_batch_sentences",
-                                         "sentences decoded together",
+                                         "sentences decoded together in one round",
                                          buckets=(1, 2, 4, 8, 16, 32, 64, 128), registry=r)
         self.sentences = Counter("transformer_mt_sentences", "sentences decoded", registry=r)
         self.tokens = Counter("transformer_mt_source_tokens", "source tokens decoded",
@@ -46,10 +47,11 @@ class ServerMetrics:
         self.requests.labels(path, str(status)).inc()
         self.request_seconds.labels(path).observe(seconds)
 
-    def observe_batch(self, sentences: int, tokens: int, waits: list[float],
+    def observe_round(self, sentences: int, finished: int, tokens: int, waits: list[float],
                       seconds: float) -> None:
+        """One round of decoding (Batcher.observe)."""
         self.batch_sentences.observe(sentences)
-        self.sentences.inc(sentences)
+        self.sentences.inc(finished)
         self.tokens.inc(tokens)
         self.decode_seconds.observe(seconds)
         for wait in waits:
