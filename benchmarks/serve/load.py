@@ -2,13 +2,15 @@
 sentences to 127.0.0.1, against offline translation of the same sentences in one process and
 against a one-request-at-a-time server over the same model (one_at_a_time.py).
 
-    python benchmarks/serve/load.py --model MODEL_DIR --sentences test.en.gz --out OUT.json \\
-        [--requests 400] [--clients 1 8 64]
+    python benchmarks/serve/load.py --model MODEL_DIR --sentences test.en.gz --out OUT.json \
+        [--requests 400] [--clients 1 8 64] [--rounds 3]
 
 For each server and client count: sentences/s, p50/p95/p99 latency, failures; offline:
 `Translator.translate` over the sentences at batch 64 (sentences/s) and one sentence at a time
 (median latency). A bounded asyncio client (httpx): a fixed number of requests, each with a
-timeout, to 127.0.0.1 only.
+timeout, to 127.0.0.1 only. The batched server is measured in `rounds` rounds, each beside an
+offline measurement of its own (shared machines drift by tens of percent within minutes): the
+ratios to offline are given per round, with their mean and spread.
 """
 
 from __future__ import annotations
@@ -41,9 +43,7 @@ def read_sentences(path: Path, n: int) -> list[str]:
         return [line.rstrip("\n") for line in itertools.islice(f, n)]
 
 
-def offline(model: Path, sentences: list[str], single: int) -> dict:
-    translator = Translator.from_dir(model)
-    translator.translate(sentences[:64])  # warm up
+def offline(translator: Translator, sentences: list[str], single: int) -> dict:
     start = time.perf_counter()
     translator.translate(sentences)
     batch_seconds = time.perf_counter() - start
@@ -101,6 +101,33 @@ def start(command: list[str]) -> tuple[subprocess.Popen, str]:
     raise RuntimeError(f"{command} did not get ready")
 
 
+def measure(name: str, command: list[str], sentences: list[str], args,
+            between=None) -> list[list[dict]]:
+    """Rounds of loads on the server `command` starts: per round, `between()` (when given),
+    then each client count."""
+    process, base = start(command)
+    try:
+        asyncio.run(load(base, sentences, 8, 32))  # warm up
+        rounds = []
+        for _ in range(args.rounds if between else 1):
+            extra = between() if between else {}
+            rows = []
+            for clients in args.clients:
+                n = max(args.requests // 4, 50) if clients == 1 else args.requests
+                rows.append({**asyncio.run(load(base, sentences, clients, n)), **extra})
+                print(name, json.dumps(rows[-1]), flush=True)
+            rounds.append(rows)
+        return rounds
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
+
+
+def spread(values: list[float]) -> dict:
+    return {"mean": statistics.mean(values), "sd": statistics.stdev(values) if len(values) > 1
+            else 0.0, "min": min(values), "max": max(values)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, type=Path)
@@ -108,37 +135,40 @@ def main() -> None:
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--requests", type=int, default=400)
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 64])
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     sentences = read_sentences(args.sentences, args.requests)
+    translator = Translator.from_dir(args.model)
+    translator.translate(sentences[:64])  # warm up
+
+    def offline_now() -> dict:
+        result = offline(translator, sentences, 50)
+        print("offline", json.dumps(result), flush=True)
+        return {"offline_" + k: v for k, v in result.items()}
+
+    batched = measure("batched", [sys.executable, "-m", "transformer_mt", "serve", "--model",
+                                  str(args.model)], sentences, args, between=offline_now)
+    baseline = Path(__file__).with_name("one_at_a_time.py")
+    single = measure("one_at_a_time", [sys.executable, str(baseline), "--model",
+                                       str(args.model)], sentences, args)[0]
+    for rows in batched:
+        for row, one in zip(rows, single, strict=True):
+            row["vs_offline"] = row["sentences_per_s"] / row["offline_sentences_per_s"]
+            row["vs_one_at_a_time"] = row["sentences_per_s"] / one["sentences_per_s"]
+        rows[0]["p50_vs_offline_one_sentence"] = \
+            rows[0]["p50_ms"] / rows[0]["offline_one_sentence_p50_ms"]
+    summary = {str(clients): spread([rows[i]["vs_offline"] for rows in batched])
+               for i, clients in enumerate(args.clients)}
     result = {"machine": cpu_model(), "threads": torch.get_num_threads(),
               "torch": torch.__version__, "python": platform.python_version(),
               "commit": subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
                                        capture_output=True, text=True).stdout.strip(),
-              "model": str(args.model), "offline": offline(args.model, sentences, 50)}
-    print(json.dumps(result["offline"]), flush=True)
-    servers = {"batched": [sys.executable, "-m", "transformer_mt", "serve", "--model",
-                           str(args.model)],
-               "one_at_a_time": [sys.executable, str(Path(__file__).with_name(
-                   "one_at_a_time.py")), "--model", str(args.model)]}
-    for name, command in servers.items():
-        process, base = start(command)
-        try:
-            asyncio.run(load(base, sentences, 8, 32))  # warm up
-            rows = []
-            for clients in args.clients:
-                n = max(args.requests // 4, 50) if clients == 1 else args.requests
-                rows.append(asyncio.run(load(base, sentences, clients, n)))
-                print(name, json.dumps(rows[-1]), flush=True)
-            result[name] = rows
-        finally:
-            process.terminate()
-            process.wait(timeout=60)
-    off = result["offline"]
-    for row, single in zip(result["batched"], result["one_at_a_time"], strict=True):
-        row["vs_offline"] = row["sentences_per_s"] / off["sentences_per_s"]
-        row["vs_one_at_a_time"] = row["sentences_per_s"] / single["sentences_per_s"]
-    result["single_client_p50_vs_offline_latency"] = \
-        result["batched"][0]["p50_ms"] / off["one_sentence_p50_ms"]
+              "model": str(args.model), "batched_rounds": batched, "one_at_a_time": single,
+              "vs_offline_by_clients": summary,
+              "single_client_p50_vs_offline_latency": spread(
+                  [rows[0]["p50_vs_offline_one_sentence"] for rows in batched])}
+    print(json.dumps({"vs_offline_by_clients": summary,
+                      "single_client": result["single_client_p50_vs_offline_latency"]}))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
 

@@ -308,10 +308,15 @@ class DecoderCache:
             self.beams = beams
 
     def keep_sources(self, index_A: Tensor) -> None:
-        """Keep only sources index_A (and their `beams` rows each): finished sentences leave."""
-        self.cross_kvs = [(k.index_select(0, index_A), v.index_select(0, index_A))
-                          for k, v in self.cross_kvs]
-        self.cross_mask = self.cross_mask.index_select(0, index_A)
+        """Keep only sources index_A (and their `beams` rows each): finished sentences leave.
+        Where sentences joined (`merge`), source positions that only the leaving ones had are
+        dropped too."""
+        S = self.cross_mask.size(-1)
+        if self.first_B is not None and len(index_A):
+            S = int(self.cross_mask[index_A].sum(-1).max())  # sources are padded at the end
+        self.cross_kvs = [(k[:, :, :S].index_select(0, index_A),
+                           v[:, :, :S].index_select(0, index_A)) for k, v in self.cross_kvs]
+        self.cross_mask = self.cross_mask[..., :S].index_select(0, index_A)
         beam_A1 = torch.arange(self.beams, device=index_A.device)[None, :]
         self.reorder((index_A[:, None] * self.beams + beam_A1).view(-1))
 
