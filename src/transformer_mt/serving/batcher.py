@@ -74,7 +74,7 @@ class Batcher:
     source tokens and queue waits of those that began. With `thread` the worker is a thread
     of its own; without, the caller runs `run()`: `transformer-mt serve` decodes on the main
     thread, where torch's CPU kernels ran 1.7x faster than in another thread (2-core Zen 4,
-    benchmarks/results/serve-batching)."""
+    benchmarks/results/archive/serve-batching-static)."""
 
     def __init__(self, translator: Translator, cfg: ServeConfig, *, thread: bool = True,
                  observe: Callable[[int, int, int, list[float], float], None] | None = None):
