@@ -87,13 +87,17 @@ class ModelConfig:
     norm_first: bool = False
     positional: Literal["sinusoidal", "learned"] = "sinusoidal"  # §3.5; learned: Table 3 (E)
     # interleaved: sin on even, cos on odd dimensions (§3.5).
-    # concat: all sines then all cosines, tensor2tensor's get_timing_signal_1d / Marian.
-    sinusoid_layout: Literal["interleaved", "concat"] = "interleaved"
+    # concat: all sines then all cosines, tensor2tensor's get_timing_signal_1d.
+    # split: the paper's frequencies, all sines then all cosines (Marian, Hugging Face Marian).
+    sinusoid_layout: Literal["interleaved", "concat", "split"] = "interleaved"
     max_positions: int = 1024  # size of the positional table
     scale_embeddings: bool = True  # multiply token embeddings by sqrt(d_model) (§3.4)
     # three_way: source embedding = target embedding = pre-softmax weights (§3.4).
-    # decoder: only target embedding = pre-softmax; none: three separate matrices.
-    weight_tying: Literal["three_way", "decoder", "none"] = "three_way"
+    # decoder: only target embedding = pre-softmax; embeddings: only source = target embedding
+    # (Marian untied); none: three separate matrices.
+    weight_tying: Literal["three_way", "decoder", "embeddings", "none"] = "three_way"
+    # not in the paper: a bias on the pre-softmax linear (Marian's final_logits_bias)
+    output_bias: bool = False
     pad_id: int = 0
     bos_id: int = 2
     eos_id: int = 3
@@ -136,6 +140,10 @@ class DecodeConfig:
     length_penalty: float = option(
         0.6, "length penalty alpha of GNMT's lp(Y) = ((5 + |Y|) / 6)^alpha (§6.1: 0.6); 0: off",
         flag="--alpha")
+    length_normalization: Literal["gnmt", "power"] = option(
+        "gnmt", "how beam search ranks finished outputs: log P / lp(Y), gnmt: GNMT's "
+        "((5 + |Y|) / 6)^alpha (§6.1), power: |Y|^alpha (Hugging Face, fairseq, Marian); |Y| "
+        "counts EOS")
     beam_stop: Literal["n_finished", "bound"] = option(
         "n_finished", "when a sentence's beam search ends: once beam_size hypotheses have "
         "finished (n_finished, as fairseq and Hugging Face's early_stopping=True), or only when "
@@ -180,7 +188,7 @@ class DecodeConfig:
             raise ValueError(f"decode.length_penalty must be >= 0, got {self.length_penalty}")
         if self.top_k < 0 or not 0.0 < self.top_p <= 1.0:
             raise ValueError("decode.top_k must be >= 0 and decode.top_p in (0, 1]")
-        _check_choice(self, "strategy", "beam_stop")
+        _check_choice(self, "strategy", "beam_stop", "length_normalization")
 
 
 @dataclass(frozen=True, kw_only=True)

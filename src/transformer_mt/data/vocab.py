@@ -1,11 +1,13 @@
 """The shared source/target subword vocabulary (§5.1): a SentencePiece model.
 
-Ids are fixed so that models and vocabularies agree: pad 0, unk 1, bos 2, eos 3.
+Ids are fixed so that models and vocabularies agree: pad 0, unk 1, bos 2, eos 3. Models
+imported from Marian (OPUS-MT) keep theirs: `MarianVocabulary`.
 """
 
 from __future__ import annotations
 
 import io
+import json
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -70,3 +72,87 @@ def train_vocabulary(texts: Iterable[str], *, vocab_size: int, out_path: str | P
     out_path = Path(out_path)
     out_path.write_bytes(buffer.getvalue())
     return Vocabulary.load(out_path)
+
+
+MARIAN_FILES = ("source.spm", "target.spm", "vocab.json")
+
+
+class MarianVocabulary:
+    """Marian's (OPUS-MT's) vocabulary, as Hugging Face's MarianTokenizer reads it: a
+    SentencePiece model for each side whose pieces map to the model's ids through vocab.json
+    (a piece missing from it is <unk>); a leading `>>xx<<` target-language token is one
+    piece; EOS is "</s>", padding "<pad>". Decoding drops the special pieces."""
+
+    SPECIALS = ("</s>", "<unk>", "<pad>")
+
+    def __init__(self, source: spm.SentencePieceProcessor, target: spm.SentencePieceProcessor,
+                 piece_ids: dict[str, int], path: Path | None = None):
+        self.source, self.target, self.piece_ids, self.path = source, target, piece_ids, path
+        self.pieces = {i: piece for piece, i in piece_ids.items()}
+        missing = [p for p in self.SPECIALS if p not in piece_ids]
+        if missing:
+            raise VocabularyError(f"{path or 'vocab.json'}: no {', '.join(missing)} piece")
+        self.eos_id, self.unk_id, self.pad_id = (piece_ids[p] for p in self.SPECIALS)
+        self.special_ids = {i for piece, i in piece_ids.items()
+                            if piece in self.SPECIALS or _is_language_code(piece)}
+
+    @classmethod
+    def load(cls, model_dir: str | Path) -> MarianVocabulary:
+        """From a directory holding source.spm, target.spm and vocab.json."""
+        model_dir = Path(model_dir)
+        source, target = (_load_processor(model_dir / name) for name in MARIAN_FILES[:2])
+        path = model_dir / MARIAN_FILES[2]
+        try:
+            piece_ids = json.loads(path.read_text(encoding="utf-8"))
+        except OSError as err:
+            raise VocabularyError(f"{path}: cannot read vocabulary: {err.strerror}") from None
+        except ValueError as err:
+            raise VocabularyError(f"{path}: not JSON ({err})") from None
+        if not isinstance(piece_ids, dict) or not all(
+                isinstance(k, str) and isinstance(v, int) for k, v in piece_ids.items()):
+            raise VocabularyError(f"{path}: expected a JSON object of piece -> id")
+        ids = sorted(piece_ids.values())
+        if ids != list(range(len(ids))):
+            raise VocabularyError(f"{path}: ids are not 0 .. {len(ids) - 1}, each once")
+        return cls(source, target, piece_ids, path)
+
+    def __len__(self) -> int:
+        return len(self.piece_ids)
+
+    def encode(self, text: str) -> list[int]:
+        """Model ids of `text` (source side), without EOS."""
+        code = []
+        if text.startswith(">>") and (end := text.find("<<")) != -1:
+            code, text = [text[: end + 2]], text[end + 2 :]
+        pieces = code + self.source.encode(text, out_type=str)
+        return [self.piece_ids.get(piece, self.unk_id) for piece in pieces]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Text of target-side ids; special pieces (EOS, <unk>, <pad>, language codes)
+        dropped."""
+        pieces = [self.pieces[i] for i in ids if i not in self.special_ids and i in self.pieces]
+        return self.target.decode_pieces(pieces).replace("\u2581", " ").strip()
+
+
+def _is_language_code(piece: str) -> bool:
+    return piece.startswith(">>") and piece.endswith("<<")
+
+
+def _load_processor(path: Path) -> spm.SentencePieceProcessor:
+    processor = spm.SentencePieceProcessor()
+    try:
+        processor.LoadFromSerializedProto(path.read_bytes())
+    except OSError as err:
+        raise VocabularyError(f"{path}: cannot read: {err.strerror}") from None
+    except RuntimeError as err:
+        raise VocabularyError(f"{path}: not a SentencePiece model ({err})") from None
+    return processor
+
+
+def load_model_vocabulary(model_dir: str | Path) -> Vocabulary | MarianVocabulary:
+    """A model directory's vocabulary: Marian's three files where vocab.json is there, else
+    the SentencePiece model."""
+    model_dir = Path(model_dir)
+    if (model_dir / MARIAN_FILES[2]).exists():
+        return MarianVocabulary.load(model_dir)
+    return Vocabulary.load(model_dir / "sentencepiece.model")

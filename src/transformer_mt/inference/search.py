@@ -63,7 +63,7 @@ class DecodingModel(Protocol):
 @dataclass(frozen=True)
 class Hypothesis:
     """One output: tokens without BOS and EOS; log_prob of the tokens and EOS; score used to
-    rank them, log_prob / lp(|Y|) with |Y| counting EOS."""
+    rank them, log_prob / lp(|Y|) (`length_norm`) with |Y| counting EOS."""
 
     tokens: list[int]
     log_prob: float
@@ -73,6 +73,14 @@ class Hypothesis:
 def length_penalty(length: int | Tensor, alpha: float) -> float | Tensor:
     """GNMT's lp(Y) = ((5 + |Y|) / 6)^alpha (Wu et al. 2016, used in §6.1 with alpha 0.6)."""
     return ((5 + length) / 6) ** alpha
+
+
+def length_norm(length: int | Tensor, cfg: DecodeConfig) -> float | Tensor:
+    """What a finished output's log-probability is divided by to rank it: GNMT's lp(Y), or
+    |Y|^alpha with decode.length_normalization "power"."""
+    if cfg.length_normalization == "power":
+        return length ** cfg.length_penalty
+    return length_penalty(length, cfg.length_penalty)
 
 
 def max_output_lengths(src_BS: Tensor, pad_id: int, cfg: DecodeConfig) -> Tensor:
@@ -92,12 +100,15 @@ def cache_dtype(cfg: DecodeConfig) -> torch.dtype | None:
 
 def _next_log_probs(model, tokens_BT: Tensor, memory, cache, max_len_B: Tensor,
                     min_length: int, position_B: Tensor | None = None) -> Tensor:
-    """Log-probabilities (B, V) of the next token; EOS forced where max_len_B is reached and
-    forbidden while the output is shorter than min_length. position_B: the next token is
-    the position-th of each row's output (None: the tokens' length, for every row)."""
+    """Log-probabilities (B, V) of the next token; padding never (as fairseq, and Marian's
+    bad_words_ids), EOS forced where max_len_B is reached and forbidden while the output is
+    shorter than min_length. position_B: the next token is the position-th of each row's
+    output (None: the tokens' length, for every row)."""
     logits_BV = model.decode(tokens_BT[:, -1:], memory, cache)[:, -1].float()
     logp_BV = torch.log_softmax(logits_BV, dim=-1)
     eos = model.cfg.eos_id
+    if model.cfg.pad_id != eos:
+        logp_BV[:, model.cfg.pad_id] = float("-inf")
     position = tokens_BT.size(1) if position_B is None else position_B
     if position_B is None and position < min_length:
         logp_BV[:, eos] = float("-inf")
@@ -158,7 +169,7 @@ def _sequential_search(model: DecodingModel, src_BS: Tensor, cfg: DecodeConfig,
             for a in done_A.nonzero().flatten().tolist():
                 lp = float(log_prob_A[a])
                 hyps[int(active_A[a])] = [Hypothesis(tokens_AT[a, 1:n].tolist(), lp,
-                                                     lp / length_penalty(n, cfg.length_penalty))]
+                                                     lp / length_norm(n, cfg))]
             keep_A = (~done_A).nonzero().flatten()
             active_A, tokens_AT = active_A[keep_A], tokens_AT[keep_A]
             log_prob_A, max_len_A = log_prob_A[keep_A], max_len_A[keep_A]
@@ -281,7 +292,7 @@ class BeamSearch:
             row = a * n + int(origin_A2N[a, j])
             self.finished[a].append(Hypothesis(
                 self.tokens_AnT[row, firsts[a] + 1 :].tolist(), lp,
-                lp / length_penalty(lengths[a], cfg.length_penalty)))
+                lp / length_norm(lengths[a], cfg)))
         self.alive_lp_An, pick_AN = \
             top_lp_A2N.masked_fill(is_eos_A2N, float("-inf")).topk(N, dim=1)
         first_row_A1 = torch.arange(A, device=device)[:, None] * n
@@ -336,7 +347,7 @@ def _best_possible_scores(alive_lp_AN: Tensor, max_len_A: Tensor,
     if cfg.beam_stop == "n_finished":
         return [float("-inf")] * alive_lp_AN.size(0)
     best_A = alive_lp_AN.max(dim=1).values
-    return (best_A / length_penalty(max_len_A.to(best_A.dtype), cfg.length_penalty)).tolist()
+    return (best_A / length_norm(max_len_A.to(best_A.dtype), cfg)).tolist()
 
 
 def _beam_done(finished: list[Hypothesis], N: int, best_possible: float) -> bool:

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from ..config import DecodeConfig
-from ..data.vocab import Vocabulary
+from ..data.vocab import MARIAN_FILES, MarianVocabulary, Vocabulary, load_model_vocabulary
 from ..hardware.cpu_speed import warn_if_bf16_is_slow
 from ..model.attention import attention_kernels
 from ..model.transformer import Transformer
@@ -38,7 +38,7 @@ class Translator:
     `DecodingModel`. Sentences are decoded in batches of similar length and returned in input
     order."""
 
-    def __init__(self, model: DecodingModel, vocab: Vocabulary,
+    def __init__(self, model: DecodingModel, vocab: Vocabulary | MarianVocabulary,
                  decode: DecodeConfig | None = None):
         if len(vocab) != model.cfg.vocab_size:
             raise ValueError(
@@ -73,28 +73,34 @@ class Translator:
         model alone); decoding settings from the first, then the overrides."""
         dirs = [Path(d) for d in model_dirs]
         for other in dirs[1:]:
-            if (other / VOCAB_FILE).read_bytes() != (dirs[0] / VOCAB_FILE).read_bytes():
-                raise ValueError(f"{other / VOCAB_FILE} differs from {dirs[0] / VOCAB_FILE}: "
-                                 "an ensemble's models must share one vocabulary")
+            for name in (VOCAB_FILE, *MARIAN_FILES):
+                mine, theirs = dirs[0] / name, other / name
+                if mine.exists() != theirs.exists() or \
+                        mine.exists() and mine.read_bytes() != theirs.read_bytes():
+                    raise ValueError(f"{theirs} differs from {mine}: an ensemble's models "
+                                     "must share one vocabulary")
         loaded = [load_model(d, device=device) for d in dirs]
         models = [model for model, _ in loaded]
         model = models[0] if len(models) == 1 else Ensemble(models)
-        vocab = Vocabulary.load(dirs[0] / VOCAB_FILE)
+        vocab = load_model_vocabulary(dirs[0])
         return cls(model, vocab, dataclasses.replace(loaded[0][1], **decode_overrides))
 
     def encode_source(self, sentence: str, index: int,
                       cfg: DecodeConfig | None = None) -> list[int]:
         """The ids of one sentence + EOS; a ValueError naming sentence `index` (from 0) where
-        it is longer than the model's positions leave room for with `cfg`'s output offset."""
+        it is longer than the model's positions leave room for with `cfg`'s output offset
+        (or, where cfg.max_length caps outputs within the positions, than the positions)."""
         cfg = cfg or self.decode_cfg
         ids = self.vocab.encode(sentence) + [self.model.cfg.eos_id]
-        limit = self.model.cfg.max_positions - cfg.max_length_offset
+        positions = self.model.cfg.max_positions
+        if cfg.max_length and cfg.max_length <= positions:
+            limit, why = positions, f"max_positions {positions}"
+        else:
+            limit = positions - cfg.max_length_offset
+            why = f"max_positions {positions} - max_length_offset {cfg.max_length_offset}"
         if len(ids) > limit:
-            raise ValueError(
-                f"sentence {index + 1} has {len(ids)} tokens; this model takes at most {limit} "
-                f"(max_positions {self.model.cfg.max_positions} - max_length_offset "
-                f"{cfg.max_length_offset})"
-            )
+            raise ValueError(f"sentence {index + 1} has {len(ids)} tokens; this model takes at "
+                             f"most {limit} ({why})")
         return ids
 
     def translate_nbest(self, sentences: Sequence[str],

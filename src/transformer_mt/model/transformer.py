@@ -26,20 +26,22 @@ def sinusoidal_positions(n_positions: int, d_model: int, layout: str = "interlea
     """(n_positions, D) table of §3.5.
 
     interleaved: PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)).
-    concat: tensor2tensor's get_timing_signal_1d (also Marian): d/2 sines then d/2 cosines, with
+    concat: tensor2tensor's get_timing_signal_1d: d/2 sines then d/2 cosines, with
     frequencies 10000^(-i / (d/2 - 1)), i = 0 .. d/2 - 1.
+    split: the paper's frequencies 10000^(-2i/d), d/2 sines then d/2 cosines (Marian).
     """
     if d_model % 2:
         raise ValueError(f"sinusoidal positions need an even d_model, got {d_model}")
     pos_P1 = torch.arange(n_positions, dtype=torch.float64)[:, None]
     half = d_model // 2
+    paper_inv_freq = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
     if layout == "interleaved":
-        inv_freq = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
         table = torch.zeros(n_positions, d_model, dtype=torch.float64)
-        table[:, 0::2] = torch.sin(pos_P1 * inv_freq)
-        table[:, 1::2] = torch.cos(pos_P1 * inv_freq)
-    elif layout == "concat":
-        inv_freq = 10000.0 ** (-torch.arange(half, dtype=torch.float64) / max(half - 1, 1))
+        table[:, 0::2] = torch.sin(pos_P1 * paper_inv_freq)
+        table[:, 1::2] = torch.cos(pos_P1 * paper_inv_freq)
+    elif layout in ("concat", "split"):
+        inv_freq = paper_inv_freq if layout == "split" else \
+            10000.0 ** (-torch.arange(half, dtype=torch.float64) / max(half - 1, 1))
         table = torch.cat([torch.sin(pos_P1 * inv_freq), torch.cos(pos_P1 * inv_freq)], dim=1)
     else:
         raise ValueError(f"unknown sinusoid layout {layout!r}")
@@ -341,7 +343,7 @@ class Transformer(nn.Module):
         super().__init__()
         self.cfg = cfg
         tgt_tokens = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        if cfg.weight_tying == "three_way":  # §3.4: one matrix for both embeddings + softmax
+        if cfg.weight_tying in ("three_way", "embeddings"):  # §3.4: one matrix for both
             src_tokens = tgt_tokens
         else:
             src_tokens = nn.Embedding(cfg.vocab_size, cfg.d_model)
@@ -349,9 +351,10 @@ class Transformer(nn.Module):
         self.tgt_embed = Embeddings(cfg, tgt_tokens, cfg.target_word_dropout)
         self.encoder = Encoder(cfg)
         self.decoder = Decoder(cfg)
-        self.generator = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)  # pre-softmax linear
+        # the pre-softmax linear
+        self.generator = nn.Linear(cfg.d_model, cfg.vocab_size, bias=cfg.output_bias)
         self.init_weights()
-        if cfg.weight_tying != "none":
+        if cfg.weight_tying in ("three_way", "decoder"):
             self.generator.weight = tgt_tokens.weight
 
     def init_weights(self) -> None:
@@ -433,7 +436,8 @@ class Transformer(nn.Module):
         fused Adam, which does not bump the weight's version counter."""
         if weight_DV is None:  # autograd, no cache, or an int8 copy's quantised layer
             return self.generator(x_BTD)
-        return x_BTD.to(weight_DV.dtype) @ weight_DV
+        logits_BTV = x_BTD.to(weight_DV.dtype) @ weight_DV
+        return logits_BTV if self.generator.bias is None else logits_BTV + self.generator.bias
 
     def forward(self, src_BS: Tensor, tgt_BT: Tensor, *, project: bool = True) -> Tensor:
         """Teacher forcing: source (B, S) and shifted target (B, T) -> logits (B, T, V); with

@@ -1,0 +1,1 @@
+"""Models in and out of other toolkits' formats."""
