@@ -88,7 +88,7 @@ def test_every_command_has_help_and_no_option_is_declared_twice(capsys):
 
     build_parser()
     for command in COMMANDS:
-        name = command.__name__.rsplit(".", 1)[1]
+        name = getattr(command, "COMMAND", command.__name__.rsplit(".", 1)[1])
         with pytest.raises(SystemExit) as exit_:
             main([name, "--help"])
         assert exit_.value.code == 0

@@ -111,6 +111,7 @@ def test_n_best_lists_and_scores(client, translator):
     ({"max_length_offset": 201}, 422, "max_length_offset"),
     ({"beam_size": 0}, 422, "beam_size"),
     ({"alpha": -1}, 422, "alpha"),
+    ({"alpha": 1e308}, 422, "alpha"),
     ({"colour": "red"}, 422, "colour"),
 ])
 def test_each_setting_limit_is_an_error_naming_the_field(client, fields, status, field):

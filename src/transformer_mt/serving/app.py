@@ -30,6 +30,9 @@ from .metrics import ServerMetrics
 log = logging.getLogger(__name__)
 
 
+# beyond, lp(Y)^alpha overflows a float for long outputs; useful values are below 2
+MAX_ALPHA = 10.0
+
 class TranslateRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)  # false is no beam size
 
@@ -37,7 +40,7 @@ class TranslateRequest(BaseModel):
     beam_size: int | None = Field(None, ge=1, description="beam size (the model's default: "
                                                          "its config's)")
     n_best: int | None = Field(None, ge=1, description="hypotheses per sentence (<= beam_size)")
-    alpha: float | None = Field(None, ge=0, description="length penalty alpha")
+    alpha: float | None = Field(None, ge=0, le=MAX_ALPHA, description="length penalty alpha")
     max_length_offset: int | None = Field(None, ge=0, description="an output has at most "
                                           "source length + this many tokens")
 

@@ -8,11 +8,12 @@ from pathlib import Path
 from ..interop.marian import import_marian
 
 IMPORTERS = {"marian": import_marian}
+COMMAND = "import"  # a keyword: not the module's name
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
-        "import", help="convert another toolkit's model into a model directory",
+        COMMAND, help="convert another toolkit's model into a model directory",
         description="Convert a model of another toolkit into a transformer-mt model directory "
                     "that translate, serve and evaluate take, decoding as that toolkit does. "
                     "marian: a Hugging Face Marian (OPUS-MT) directory with config.json, "
