@@ -36,16 +36,7 @@ class Vocabulary:
     @classmethod
     def load(cls, path: str | Path) -> Vocabulary:
         path = Path(path)
-        try:
-            model_proto = path.read_bytes()
-        except OSError as err:
-            raise VocabularyError(f"{path}: cannot read vocabulary: {err.strerror}") from None
-        processor = spm.SentencePieceProcessor()
-        try:
-            processor.LoadFromSerializedProto(model_proto)
-        except (RuntimeError, OSError) as err:
-            raise VocabularyError(f"{path}: not a SentencePiece model ({err})") from None
-        return cls(processor, path)
+        return cls(_load_processor(path), path)
 
     def __len__(self) -> int:
         return self.sp.get_piece_size()
@@ -139,12 +130,15 @@ def _is_language_code(piece: str) -> bool:
 
 
 def _load_processor(path: Path) -> spm.SentencePieceProcessor:
+    """The SentencePiece model in `path`; a VocabularyError naming it if unreadable."""
+    try:
+        model_proto = path.read_bytes()
+    except OSError as err:
+        raise VocabularyError(f"{path}: cannot read vocabulary: {err.strerror}") from None
     processor = spm.SentencePieceProcessor()
     try:
-        processor.LoadFromSerializedProto(path.read_bytes())
-    except OSError as err:
-        raise VocabularyError(f"{path}: cannot read: {err.strerror}") from None
-    except RuntimeError as err:
+        processor.LoadFromSerializedProto(model_proto)
+    except (RuntimeError, OSError) as err:
         raise VocabularyError(f"{path}: not a SentencePiece model ({err})") from None
     return processor
 

@@ -110,10 +110,9 @@ def _next_log_probs(model, tokens_BT: Tensor, memory, cache, max_len_B: Tensor,
     if model.cfg.pad_id != eos:
         logp_BV[:, model.cfg.pad_id] = float("-inf")
     position = tokens_BT.size(1) if position_B is None else position_B
-    if position_B is None and position < min_length:
-        logp_BV[:, eos] = float("-inf")
-    elif position_B is not None and min_length:
-        logp_BV[:, eos].masked_fill_(position_B < min_length, float("-inf"))
+    if min_length:
+        too_short = torch.as_tensor(position < min_length, device=logp_BV.device)  # () or (B,)
+        logp_BV[:, eos].masked_fill_(too_short, float("-inf"))
     at_limit_B = max_len_B <= position  # the next token is the last one allowed
     if bool(at_limit_B.any()):  # only then: a pass over (B, V)
         eos_lp_B = logp_BV[:, eos].clone()
@@ -231,6 +230,7 @@ class BeamSearch:
         self.keys: list[Any] = []  # A: the caller's key of each sentence still searching
         self.finished: list[list[Hypothesis]] = []  # (A,) its finished hypotheses
         self.cache: DecodingCache | None = None
+        self.joined = False  # whether sentences joined after others: outputs begin apart
         # Rows a*n .. a*n+n-1 continue sentence a: n is 1 (its BOS) until the first step has
         # chosen N hypotheses. A sentence's output begins at column first_A[a] of tokens.
         self.tokens_AnT = self.alive_lp_An = self.max_len_A = self.first_A = torch.empty(0)
@@ -262,6 +262,7 @@ class BeamSearch:
             self.alive_lp_An = torch.cat([self.alive_lp_An, alive_lp_Bn])
             self.max_len_A = torch.cat([self.max_len_A, max_len_B])
             self.first_A = torch.cat([self.first_A, max_len_B.new_full((B,), T - 1)])
+            self.joined = True
         self.keys += keys
         self.finished += [[] for _ in range(B)]
 
@@ -270,12 +271,11 @@ class BeamSearch:
         cfg, mcfg, N = self.cfg, self.model.cfg, self.cfg.beam_size
         A, n = self.alive_lp_An.shape
         device = self.alive_lp_An.device
-        joined = bool(self.first_A.any())
         # tokens of a hypothesis that ends now, EOS included
         length_A = self.tokens_AnT.size(1) - self.first_A
         logp_AnV = _next_log_probs(self.model, self.tokens_AnT, self.memory, self.cache,
                                    self.max_len_A.repeat_interleave(n), cfg.min_length,
-                                   length_A.repeat_interleave(n) if joined else None)
+                                   length_A.repeat_interleave(n) if self.joined else None)
         V = logp_AnV.size(-1)
         if V < 2 * N:
             raise ValueError(f"beam search keeps 2 x beam_size = {2 * N} candidates; the "

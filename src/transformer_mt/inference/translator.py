@@ -56,8 +56,9 @@ class Translator:
                 raise ValueError(f"decode.int8 quantises a Transformer or an Ensemble, not a "
                                  f"{type(model).__name__}: quantise the model it wraps instead")
         self.model = model.eval()
+        self.device = next(model.parameters()).device
         if self.decode_cfg.bf16:
-            warn_if_bf16_is_slow(next(model.parameters()).device, setting="decode.bf16",
+            warn_if_bf16_is_slow(self.device, setting="decode.bf16",
                                  instead="decode in float32 (without --bf16) or with --int8")
 
     @classmethod
@@ -138,11 +139,10 @@ class Translator:
                             self.model.cfg.pad_id, dtype=torch.long)
         for row, ids in enumerate(sources):
             src_BS[row, : len(ids)] = torch.tensor(ids)
-        return src_BS.to(next(self.model.parameters()).device)
+        return src_BS.to(self.device)
 
     def _precision(self, cfg: DecodeConfig) -> torch.autocast:
-        device = next(self.model.parameters()).device
-        return torch.autocast(device.type, dtype=torch.bfloat16, enabled=cfg.bf16)
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=cfg.bf16)
 
     def _detokenize(self, hyp: Hypothesis) -> Translation:
         return Translation(self.vocab.decode(hyp.tokens), hyp.score, hyp.log_prob)
@@ -162,7 +162,6 @@ class RunningSearch:
             raise ValueError("sentences join a beam search of a Transformer or an Ensemble only")
         self.translator, self.cfg = translator, cfg
         self.search = BeamSearch(translator.model, cfg)
-        self.device = next(translator.model.parameters()).device
 
     def __len__(self) -> int:
         return len(self.search)
@@ -179,7 +178,7 @@ class RunningSearch:
 
     def _decoding(self) -> contextlib.ExitStack:
         stack = contextlib.ExitStack()
-        for context in (torch.inference_mode(), attention_kernels(self.device),
+        for context in (torch.inference_mode(), attention_kernels(self.translator.device),
                         self.translator._precision(self.cfg)):
             stack.enter_context(context)
         return stack

@@ -116,7 +116,9 @@ class KVCache:
         if self.dtype is not None:
             k_BHTK, v_BHTV = k_BHTK.to(self.dtype), v_BHTV.to(self.dtype)
         if self.rows_B is not None or self.front:
-            self.k_BHCK, self.v_BHCV = self._changed(self.k_BHCK), self._changed(self.v_BHCV)
+            rows_B = self._rows()
+            self.k_BHCK, self.v_BHCV = (self._changed(x, rows_B) for x in (self.k_BHCK,
+                                                                           self.v_BHCV))
             self.rows_B, self.new_rows, self.front = None, False, 0
         end = self.length + k_BHTK.size(2)
         if self.k_BHCK is None or end > self.k_BHCK.size(2):
@@ -136,11 +138,9 @@ class KVCache:
             new_BHCX[:, :, : self.length] = old_BHCX[:, :, : self.length]
         return new_BHCX
 
-    def _changed(self, old_BHCX: Tensor) -> Tensor:
-        """The noted row changes applied: a buffer of the rows' kept positions and one to
-        spare."""
-        rows_B = self.rows_B if self.rows_B is not None else \
-            torch.arange(old_BHCX.size(0), device=old_BHCX.device)
+    def _changed(self, old_BHCX: Tensor, rows_B: Tensor) -> Tensor:
+        """The noted row changes applied (row i takes old row rows_B[i]): a buffer of the
+        rows' kept positions and one to spare."""
         kept = old_BHCX[:, :, self.front : self.front + self.length]
         new_BHCX = old_BHCX.new_empty(len(rows_B), old_BHCX.size(1), self.length + 1,
                                       old_BHCX.size(3))
@@ -150,6 +150,7 @@ class KVCache:
         return new_BHCX
 
     def _rows(self) -> Tensor:
+        """The buffer row each row takes, with the changes noted so far."""
         if self.rows_B is not None:
             return self.rows_B
         return torch.arange(self.k_BHCK.size(0), device=self.k_BHCK.device)

@@ -138,7 +138,7 @@ class Batcher:
                 if self.closing:
                     return None
                 self.lock.wait()
-            cfg = next(iter(self.queues.values()))[0].cfg
+            cfg = self._oldest_settings()
             deadline = time.monotonic() + self.cfg.max_wait_ms / 1000
             while not self.closing and not self._fill(cfg, cfg.batch_size,
                                                       self.cfg.max_batch_tokens, take=False) \
@@ -151,9 +151,13 @@ class Batcher:
         """Waiting sentences with settings `cfg`, at most `sentences` of `tokens` source
         tokens, as long as the oldest waiting request has these settings."""
         with self.lock:
-            if not self.waiting or next(iter(self.queues.values()))[0].cfg != cfg:
+            if not self.waiting or self._oldest_settings() != cfg:
                 return []
             return self._fill(cfg, sentences, tokens, take=True)
+
+    def _oldest_settings(self) -> DecodeConfig:
+        """The decoding settings of the oldest waiting request (lock held, queue not empty)."""
+        return next(iter(self.queues.values()))[0].cfg
 
     def _fill(self, cfg: DecodeConfig, sentences: int, tokens: int, *, take: bool,
               at_least_one: bool = False) -> list[Job]:
