@@ -92,3 +92,20 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if "shared_data" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.real_data)
+
+
+@pytest.fixture(scope="session")
+def trained_model(prepared_corpus, tmp_path_factory) -> Path:
+    """A tiny model (d_model 64) trained 300 steps on `prepared_corpus`, LayerNorm eps 1e-5 so
+    that every export format carries it: a model directory whose outputs end as a trained
+    model's do."""
+    from transformer_mt.config import load_config
+    from transformer_mt.training.loop import train
+
+    run = tmp_path_factory.mktemp("trained") / "run"
+    cfg = load_config("tiny", ["model.layer_norm_eps=1e-5", "train.max_steps=300",
+                               "train.max_tokens=1000", "train.warmup_steps=100",
+                               "train.valid_every=1000000", "train.valid_bleu=false",
+                               "train.save_every=300", "train.threads=2", "train.log_every=100"])
+    train(cfg, data_dir=prepared_corpus, run_dir=run)
+    return sorted((run / "checkpoints").iterdir())[-1]

@@ -87,8 +87,10 @@ def test_every_command_has_help_and_no_option_is_declared_twice(capsys):
     from transformer_mt.cli.main import COMMANDS
 
     build_parser()
-    for command in COMMANDS:
-        name = getattr(command, "COMMAND", command.__name__.rsplit(".", 1)[1])
+    names = [name for command in COMMANDS
+             for name in getattr(command, "COMMANDS", [command.__name__.rsplit(".", 1)[1]])]
+    assert {"import", "export", "translate"} <= set(names)
+    for name in names:
         with pytest.raises(SystemExit) as exit_:
             main([name, "--help"])
         assert exit_.value.code == 0

@@ -1,12 +1,15 @@
-"""Hugging Face Marian (OPUS-MT) models in, with exact parity: tiny random `MarianMTModel`s
+"""Hugging Face Marian (OPUS-MT) models in and out, with exact parity: tiny random `MarianMTModel`s
 built here (no network) from `MarianConfig`, with SentencePiece models trained on the synthetic
 corpus, are imported; logits equal Hugging Face's on padded batches, greedy and beam outputs are
 token-identical to `generate`, and the text through our tokenisation is `MarianTokenizer`'s.
-Damaged or unsupported inputs are refused naming the file and field."""
+Damaged or unsupported inputs are refused naming the file and field. Out: our models export
+to directories `MarianMTModel` loads, computing our logits and outputs, and import back
+tensor for tensor."""
 
 import dataclasses
 import io
 import json
+import re
 import shutil
 
 import pytest
@@ -14,11 +17,11 @@ import sentencepiece as spm
 import torch
 
 from synthetic import TARGET_WORDS, sentences, translate
-from transformer_mt import Translator
+from transformer_mt import DecodeConfig, Translator
 from transformer_mt.cli.main import main
 from transformer_mt.inference.search import generate
-from transformer_mt.interop.marian import ConversionError, import_marian
-from transformer_mt.storage.model_dir import load_model
+from transformer_mt.interop.marian import ConversionError, export_marian, import_marian
+from transformer_mt.storage.model_dir import load_model, save_model, unique_state_dict
 
 transformers = pytest.importorskip("transformers", reason="the interop extra: "
                                    "pip install -e '.[interop]'")
@@ -168,8 +171,129 @@ def test_the_import_command_and_what_it_refuses(spm_files, tmp_path, capsys):
              config["vocab_size"] + 1}, "vocab.json: .* pieces, but config.json has vocab_size")
     refused({"normalize_before": True, "decoder_ffn_dim": 64},
             "decoder_ffn_dim.*normalize_before|encoder_ffn_dim.*normalize_before")
-    refused({"share_encoder_decoder_embeddings": False}, "separate source and target")
+    refused({"decoder_vocab_size": 7}, "separate source and target")
     refused({"d_model": 48}, "model.safetensors: .*tensor")
     assert main(["import", "marian", str(tmp_path / "nowhere"), "--out",
                  str(tmp_path / "x")]) == 2
     assert "nowhere: not a directory" in capsys.readouterr().err
+
+
+# --- out: our models as Hugging Face Marian directories -------------------------------------
+
+@pytest.fixture(scope="module")
+def our_vocab(tmp_path_factory):
+    from transformer_mt import train_vocabulary
+
+    path = tmp_path_factory.mktemp("our_vocab") / "sentencepiece.model"
+    return train_vocabulary(SOURCES + TARGETS, vocab_size=60, out_path=path)
+
+
+def our_model_dir(our_vocab, tmp_path, *, seed=0, eos_bias=3.0, **overrides):
+    """A tiny random model of ours (eps 1e-5, as Marian's) whose outputs end: EOS made likely
+    through the output bias."""
+    from conftest import tiny_model
+
+    fields = dict(layer_norm_eps=1e-5, vocab_size=len(our_vocab), output_bias=True)
+    model = tiny_model(seed, **{**fields, **overrides})
+    with torch.no_grad():  # Marian's initialisation: small logits, so the bias decides
+        for weight in model.parameters():
+            if weight.dim() > 1:
+                weight.normal_(0, 0.02)
+        if model.cfg.output_bias:
+            model.generator.bias.normal_(0, 1)
+            model.generator.bias[model.cfg.eos_id] += eos_bias
+    out = tmp_path / f"ours-{seed}"
+    decode = DecodeConfig(length_normalization="power", length_penalty=1.0, beam_size=3,
+                          max_length=24)
+    save_model(model, out, vocab_path=our_vocab.path, decode=decode)
+    return out, model
+
+
+@pytest.mark.parametrize("overrides", [
+    {},  # the paper's interleaved positions, three-way tying, no attention bias
+    {"sinusoid_layout": "split", "weight_tying": "none", "attention_bias": True,
+     "activation": "silu"},
+    {"weight_tying": "decoder", "output_bias": False, "activation": "gelu"},
+    {"weight_tying": "embeddings", "scale_embeddings": False},
+])
+def test_export_to_marian_and_back_is_weight_identical_and_hf_computes_our_logits(
+        our_vocab, tmp_path, overrides):
+    ours_dir, ours = our_model_dir(our_vocab, tmp_path, **overrides)
+    hf_dir = export_marian(ours_dir, tmp_path / "hf")
+    hf = MarianMTModel.from_pretrained(hf_dir).eval()  # no custom code
+    src, mask = hf_batch(MarianTokenizer.from_pretrained(hf_dir), SOURCES[:5])
+    assert not bool(mask.all()), "the batch has padding"
+    tgt = torch.randint(4, len(our_vocab), (5, 9))
+    tgt[:, 0] = ours.cfg.bos_id
+    with torch.no_grad():
+        theirs = hf(input_ids=src, attention_mask=mask, decoder_input_ids=tgt).logits
+        torch.testing.assert_close(theirs, ours(src, tgt), atol=1e-5, rtol=1e-5)
+    back, decode = load_model(import_marian(hf_dir, tmp_path / "back"))
+    assert back.cfg == ours.cfg and decode == load_model(ours_dir)[1]
+    mine, again = unique_state_dict(ours), unique_state_dict(back)
+    assert mine.keys() == again.keys()
+    assert all(torch.equal(mine[k], again[k]) for k in mine), "weight-identical round trip"
+
+
+def test_hf_generate_on_the_export_gives_our_outputs_and_text(trained_model, tmp_path):
+    hf_dir = export_marian(trained_model, tmp_path / "hf")
+    hf = MarianMTModel.from_pretrained(hf_dir).eval()
+    tokenizer = MarianTokenizer.from_pretrained(hf_dir)
+    translator = Translator.from_dir(trained_model)
+    sources = sentences(16, seed=12)
+    src, mask = hf_batch(tokenizer, sources)
+    eos, cap, lengths = translator.model.cfg.eos_id, 30, set()
+    for beams, alpha in ((1, 1.0), (3, 1.0), (4, 0.6)):
+        cfg = dataclasses.replace(translator.decode_cfg, beam_size=beams, length_penalty=alpha,
+                                  strategy="beam" if beams > 1 else "greedy",
+                                  length_normalization="power", max_length=cap,
+                                  max_length_offset=100)
+        with torch.no_grad():  # forced EOS at the cap and pad banned: the export's settings
+            out = hf.generate(input_ids=src, attention_mask=mask, num_beams=beams,
+                              length_penalty=alpha, max_length=cap + 1, output_scores=True,
+                              return_dict_in_generate=True)
+        theirs = [row.tolist()[1:] for row in out.sequences]
+        theirs = [row[: row.index(eos) + 1] for row in theirs]  # finished rows are padded
+        mine = [hyps[0] for hyps in generate(translator.model, src, cfg)]
+        ended = [i for i, h in enumerate(mine) if len(h.tokens) + 1 < cap]
+        # at the cap HF scores the forced EOS log 1, we (as fairseq) its log-probability, so
+        # beams that reach it may rank differently: tokens and scores of the rest are equal
+        compared = range(len(mine)) if beams == 1 else ended
+        assert [mine[i].tokens + [eos] for i in compared] == [theirs[i] for i in compared]
+        if beams > 1:
+            assert [mine[i].score for i in ended] == pytest.approx(
+                [out.sequences_scores[i].item() for i in ended], abs=1e-5)
+        texts = [r[0].text for r in translator.translate_ids(
+            [translator.encode_source(s, i) for i, s in enumerate(sources)], cfg)]
+        assert [texts[i] for i in compared] == [tokenizer.decode(
+            out.sequences[i], skip_special_tokens=True) for i in compared]
+        assert len(ended) >= 12
+        lengths |= {len(theirs[i]) for i in ended}
+    assert len(lengths) > 3, "outputs of several lengths"
+
+
+def test_an_imported_opus_mt_model_exports_to_the_tensors_it_came_from(spm_files, tmp_path):
+    hf_dir, hf = marian_dir(spm_files, tmp_path, tied=False)
+    again = export_marian(import_marian(hf_dir, tmp_path / "ours"), tmp_path / "again")
+    original = {k: v for k, v in hf.state_dict().items() if "embed_positions" not in k}
+    exported = MarianMTModel.from_pretrained(again).state_dict()
+    # untied, Hugging Face 5 keeps three matrices: model.shared is then an unused fourth
+    assert original.keys() - exported.keys() <= {"model.shared.weight"}
+    assert all(torch.equal(original[k], exported[k]) for k in exported.keys() & original.keys())
+    for name in ("source.spm", "target.spm", "vocab.json"):
+        assert (again / name).read_bytes() == (hf_dir / name).read_bytes()
+
+
+def test_the_export_command_and_what_marian_cannot_carry(our_vocab, tmp_path, capsys):
+    ours_dir, _ = our_model_dir(our_vocab, tmp_path)
+    assert main(["export", "marian", str(ours_dir), "--out", str(tmp_path / "hf")]) == 0
+    assert MarianMTModel.from_pretrained(tmp_path / "hf") is not None
+    for overrides, match in (
+            ({"norm_first": True, "positional": "learned", "layer_norm_eps": 1e-6},
+             "norm_first=True.*positional=learned.*layer_norm_eps=1e-06"),
+            ({"sinusoid_layout": "concat"}, "sinusoid_layout=concat"),
+            ({"d_k": 4}, "d_k=4")):
+        bad_dir, _ = our_model_dir(our_vocab, tmp_path / str(len(match)), **overrides)
+        assert main(["export", "marian", str(bad_dir), "--out", str(tmp_path / "no")]) == 2
+        assert re.search(match, capsys.readouterr().err)
+        assert not (tmp_path / "no").exists(), "nothing written"

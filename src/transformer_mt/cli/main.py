@@ -9,9 +9,18 @@ import sys
 
 from ..config import ConfigError
 from ..hardware.malloc import tune_malloc
-from . import average, evaluate, import_model, info, prepare, serve, train, translate
+from . import (
+    average,
+    convert,
+    evaluate,
+    info,
+    prepare,
+    serve,
+    train,
+    translate,
+)
 
-COMMANDS = (info, prepare, train, average, translate, evaluate, serve, import_model)
+COMMANDS = (info, prepare, train, average, translate, evaluate, serve, convert)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,6 +1,14 @@
-"""Hugging Face Marian (OPUS-MT) models in: a `MarianMTModel` directory (config.json,
-model.safetensors or pytorch_model.bin, source.spm, target.spm, vocab.json) becomes a
-transformer-mt model directory that decodes as `MarianMTModel.generate` does.
+"""Hugging Face Marian (OPUS-MT) models in and out.
+
+In: a `MarianMTModel` directory (config.json, model.safetensors or pytorch_model.bin,
+source.spm, target.spm, vocab.json) becomes a transformer-mt model directory that decodes as
+`MarianMTModel.generate` does. Out: a model directory becomes one that `MarianMTModel` and
+`MarianTokenizer` load with no custom code and that computes the same logits; the paper's
+interleaved sinusoids become Marian's split ones by permuting the model dimensions
+(`layout.py`, exact). What Marian cannot carry is refused: pre-norm, learned or tensor2tensor
+positions, LayerNorm eps other than its fixed 1e-5, per-head sizes other than d_model / h. The
+export keeps our config in config.json's `transformer_mt` section, so importing it back gives
+the model we started from, tensor for tensor.
 
 What Marian does differently from the paper becomes explicit config: positions `split` (the
 paper's frequencies, sines then cosines), its activation (swish = silu), `output_bias`
@@ -19,19 +27,32 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import save_file
 
-from ..config import DecodeConfig, ModelConfig
-from ..data.vocab import MARIAN_FILES, MarianVocabulary
+from ..config import (
+    ConfigError,
+    DecodeConfig,
+    ModelConfig,
+    config_from_dict,
+    config_to_dict,
+)
+from ..data.vocab import MARIAN_FILES, MarianVocabulary, Vocabulary, load_model_vocabulary
 from ..model.transformer import Transformer, sinusoidal_positions
+from ..storage.files import atomic_write
 from ..storage.model_dir import (
     ModelLoadError,
     assign_weights,
+    load_model,
     read_foreign_weights,
     save_model,
 )
+from .layout import relayout_sinusoids
 
 ACTIVATIONS = {"swish": "silu", "silu": "silu", "relu": "relu", "gelu": "gelu"}
+HF_ACTIVATIONS = {"silu": "swish", "relu": "relu", "gelu": "gelu"}
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+MARIAN_EPS = 1e-5  # Hugging Face Marian's nn.LayerNorm default; its config has no eps
+OURS = "transformer_mt"  # config.json section an export keeps our config in
 
 
 class ConversionError(ValueError):
@@ -64,11 +85,10 @@ def marian_model_config(hf: dict[str, Any], path: Path) -> ModelConfig:
     if hf.get("activation_function") not in ACTIVATIONS:
         problems.append(f"activation_function={hf.get('activation_function')!r} (supported: "
                         f"{', '.join(ACTIVATIONS)})")
-    if not hf.get("share_encoder_decoder_embeddings", True) or \
-            hf.get("decoder_vocab_size", hf.get("vocab_size")) != hf.get("vocab_size"):
-        problems.append("separate source and target vocabularies "
-                        "(share_encoder_decoder_embeddings false or decoder_vocab_size != "
-                        "vocab_size): one shared vocabulary is supported")
+    if hf.get("decoder_vocab_size") not in (None, hf.get("vocab_size")) or \
+            hf.get("separate_vocabs"):
+        problems.append("separate source and target vocabularies (decoder_vocab_size != "
+                        "vocab_size or separate_vocabs): one shared vocabulary is supported")
     for key, supported in (("normalize_before", False), ("normalize_embedding", False),
                            ("add_final_layer_norm", False), ("static_position_embeddings", True)):
         if key in hf and hf[key] != supported:
@@ -115,6 +135,16 @@ def _layer_names(stack: str, i: int, decoder: bool) -> dict[str, str]:
     return names
 
 
+def layer_names(cfg: ModelConfig) -> dict[str, str]:
+    """Marian's names of every layer's tensors (without .weight/.bias) -> ours."""
+    names: dict[str, str] = {}
+    for i in range(cfg.n_encoder_layers):
+        names.update(_layer_names("encoder", i, decoder=False))
+    for i in range(cfg.n_decoder_layers):
+        names.update(_layer_names("decoder", i, decoder=True))
+    return names
+
+
 def embeddings(theirs: dict[str, torch.Tensor], path: Path) -> tuple[torch.Tensor, ...]:
     """The source and target embeddings and the output weights: model.shared where a stack's
     own copy is not in the file (tied tensors are saved once), lm_head tied to the target's."""
@@ -139,13 +169,8 @@ def marian_state(cfg: ModelConfig, theirs: dict[str, torch.Tensor],
                  path: Path) -> dict[str, torch.Tensor]:
     """Our state dict from Marian's tensors. Their position tables, where the file has them,
     must equal the `split` sinusoids."""
-    names: dict[str, str] = {}
-    for i in range(cfg.n_encoder_layers):
-        names.update(_layer_names("encoder", i, decoder=False))
-    for i in range(cfg.n_decoder_layers):
-        names.update(_layer_names("decoder", i, decoder=True))
     state = {}
-    for their_name, our_name in names.items():
+    for their_name, our_name in layer_names(cfg).items():
         for kind in ("weight", "bias"):
             key = f"{their_name}.{kind}"
             if key not in theirs:
@@ -167,6 +192,35 @@ def marian_state(cfg: ModelConfig, theirs: dict[str, torch.Tensor],
     return {k: v.float().contiguous() for k, v in state.items()}
 
 
+def _restored(cfg: ModelConfig, state: dict[str, torch.Tensor], section: dict[str, Any],
+              path: Path) -> tuple[ModelConfig, dict[str, torch.Tensor], DecodeConfig]:
+    """The model an export started from, given its `transformer_mt` section: our sinusoid
+    layout back, and the zero biases Marian needed dropped again."""
+    try:
+        ours = config_from_dict(ModelConfig, section.get("model", {}), f"{OURS}.model")
+        decode = config_from_dict(DecodeConfig, section.get("decode", {}), f"{OURS}.decode")
+    except ConfigError as err:
+        raise ConversionError(f"{path}: {err}") from None
+    disagree = [f"{name}: {getattr(ours, name)} vs {getattr(cfg, name)}"
+                for name in ("vocab_size", "d_model", "n_heads", "d_ff", "n_encoder_layers",
+                             "n_decoder_layers", "activation", "max_positions",
+                             "scale_embeddings", "weight_tying", "pad_id", "bos_id", "eos_id")
+                if getattr(ours, name) != getattr(cfg, name)]
+    if disagree:
+        raise ConversionError(f"{path}: the {OURS} section disagrees with the Marian fields "
+                              f"(edited after the export?): {'; '.join(disagree)}")
+    state = relayout_sinusoids(state, cfg.d_model, "split", ours.sinusoid_layout)
+    dropped = [name for name in state if
+               (not ours.attention_bias and "attn.w_" in name and name.endswith(".bias")) or
+               (not ours.output_bias and name == "generator.bias")]
+    for name in dropped:
+        if state[name].any():
+            raise ConversionError(f"{path}: {OURS}.model has no {name} but the weights' is "
+                                  "not zero")
+        del state[name]
+    return ours, state, decode
+
+
 def import_marian(src_dir: str | Path, out_dir: str | Path) -> Path:
     """Convert the Hugging Face Marian directory `src_dir` into a model directory `out_dir`."""
     src_dir, out_dir = Path(src_dir), Path(out_dir)
@@ -179,8 +233,9 @@ def import_marian(src_dir: str | Path, out_dir: str | Path) -> Path:
     if missing:
         raise ConversionError(f"{src_dir}: missing {', '.join(missing)}")
     hf = _read_json(src_dir / "config.json")
-    if (src_dir / "generation_config.json").exists():  # newer exports keep decoding there
-        hf = {**hf, **_read_json(src_dir / "generation_config.json")}
+    for extra in ("generation_config.json", "tokenizer_config.json"):  # decoding, vocabularies
+        if (src_dir / extra).exists():
+            hf = {**hf, **_read_json(src_dir / extra)}
     cfg = marian_model_config(hf, src_dir / "config.json")
     vocab = MarianVocabulary.load(src_dir)
     if len(vocab) != cfg.vocab_size:
@@ -195,12 +250,132 @@ def import_marian(src_dir: str | Path, out_dir: str | Path) -> Path:
     except ModelLoadError as err:
         raise ConversionError(str(err)) from None
     cfg = dataclasses.replace(cfg, weight_tying=weight_tying(theirs, weights))
+    state, decode = marian_state(cfg, theirs, weights), marian_decode_config(hf, cfg)
+    if isinstance(hf.get(OURS), dict):
+        cfg, state, decode = _restored(cfg, state, hf[OURS], src_dir / "config.json")
     model = Transformer(cfg)
     try:
-        assign_weights(model, marian_state(cfg, theirs, weights), weights)
+        assign_weights(model, state, weights)
     except ModelLoadError as err:
         raise ConversionError(str(err)) from None
     out_dir.mkdir(parents=True, exist_ok=True)
     for name in MARIAN_FILES:
         shutil.copyfile(src_dir / name, out_dir / name)
-    return save_model(model, out_dir, decode=marian_decode_config(hf, cfg))
+    return save_model(model, out_dir, decode=decode)
+
+
+def marian_refusals(cfg: ModelConfig) -> list[str]:
+    """What of `cfg` a Hugging Face Marian model cannot carry (empty: it exports exactly)."""
+    problems = []
+    if cfg.norm_first:
+        problems.append("norm_first=True (pre-norm): Marian is post-norm")
+    if cfg.positional != "sinusoidal":
+        problems.append(f"positional={cfg.positional}: Marian's positions are fixed sinusoids")
+    elif cfg.sinusoid_layout == "concat":
+        problems.append("sinusoid_layout=concat: tensor2tensor's frequencies are not Marian's")
+    if cfg.layer_norm_eps != MARIAN_EPS:
+        problems.append(f"layer_norm_eps={cfg.layer_norm_eps}: Marian's LayerNorm eps is "
+                        f"{MARIAN_EPS} and not configurable (train with "
+                        f"model.layer_norm_eps={MARIAN_EPS}, or export to ctranslate2, which "
+                        "carries any eps)")
+    for name in ("d_k", "d_v"):
+        if getattr(cfg, name) not in (None, cfg.d_model // cfg.n_heads):
+            problems.append(f"{name}={getattr(cfg, name)}: Marian's heads are d_model / h")
+    return problems
+
+
+def _marian_config(cfg: ModelConfig, decode: DecodeConfig) -> tuple[dict, dict]:
+    """config.json and generation_config.json of the export. Decoding: our beam and alpha;
+    Hugging Face's length penalty is |Y|^alpha (our `power`; the paper's GNMT penalty has no
+    equivalent there), its max_length counts the start token, and EOS is forced at the last
+    position allowed as ours is. Our config is kept whole in
+    the `transformer_mt` section."""
+    tied = cfg.weight_tying in ("three_way", "decoder")
+    shared = cfg.weight_tying in ("three_way", "embeddings")
+    max_length = min(decode.max_length or cfg.max_positions, cfg.max_positions - 1) + 1
+    config = {
+        "architectures": ["MarianMTModel"], "model_type": "marian", "is_encoder_decoder": True,
+        "vocab_size": cfg.vocab_size, "decoder_vocab_size": cfg.vocab_size,
+        "d_model": cfg.d_model, "encoder_layers": cfg.n_encoder_layers,
+        "decoder_layers": cfg.n_decoder_layers, "encoder_attention_heads": cfg.n_heads,
+        "decoder_attention_heads": cfg.n_heads, "encoder_ffn_dim": cfg.d_ff,
+        "decoder_ffn_dim": cfg.d_ff, "activation_function": HF_ACTIVATIONS[cfg.activation],
+        "max_position_embeddings": cfg.max_positions, "scale_embedding": cfg.scale_embeddings,
+        "share_encoder_decoder_embeddings": shared, "tie_word_embeddings": tied,
+        "dropout": cfg.dropout, "attention_dropout": cfg.attention_dropout,
+        "activation_dropout": cfg.activation_dropout, "pad_token_id": cfg.pad_id,
+        "eos_token_id": cfg.eos_id, "decoder_start_token_id": cfg.bos_id, "dtype": "float32",
+        OURS: {"model": config_to_dict(cfg), "decode": config_to_dict(decode)},
+    }
+    generation = {
+        "decoder_start_token_id": cfg.bos_id, "eos_token_id": cfg.eos_id,
+        "pad_token_id": cfg.pad_id, "bad_words_ids": [[cfg.pad_id]],
+        "forced_eos_token_id": cfg.eos_id,  # as our search: EOS is the last token allowed
+        "num_beams": decode.beam_size if decode.strategy == "beam" else 1,
+        "length_penalty": decode.length_penalty, "early_stopping": True,
+        "max_length": max_length,
+    }
+    return config, generation
+
+
+def _marian_tensors(cfg: ModelConfig, ours: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Marian's tensors from our state dict (every alias present) of a split-layout model;
+    zeros where we have no bias."""
+    theirs = {}
+    for their_name, our_name in layer_names(cfg).items():
+        weight = ours[f"{our_name}.weight"]
+        theirs[f"{their_name}.weight"] = weight
+        theirs[f"{their_name}.bias"] = ours.get(f"{our_name}.bias",
+                                                weight.new_zeros(weight.shape[0]))
+    source, target = ours["src_embed.tokens.weight"], ours["tgt_embed.tokens.weight"]
+    theirs["model.encoder.embed_tokens.weight"], theirs["model.decoder.embed_tokens.weight"] = \
+        source, target
+    if cfg.weight_tying in ("three_way", "embeddings"):
+        theirs["model.shared.weight"] = source
+    theirs["lm_head.weight"] = ours["generator.weight"]
+    bias = ours.get("generator.bias", source.new_zeros(cfg.vocab_size))
+    theirs["final_logits_bias"] = bias.reshape(1, -1)
+    return {k: v.detach().float().clone().contiguous() for k, v in theirs.items()}
+
+
+def _write_marian_vocabulary(vocab: Vocabulary | MarianVocabulary, model_dir: Path,
+                             out_dir: Path, max_positions: int) -> None:
+    """source.spm, target.spm, vocab.json: copied from an imported Marian model; for ours,
+    our SentencePiece model on both sides and its pieces in id order."""
+    if isinstance(vocab, MarianVocabulary):
+        for name in MARIAN_FILES:
+            shutil.copyfile(model_dir / name, out_dir / name)
+    else:
+        for name in MARIAN_FILES[:2]:
+            shutil.copyfile(vocab.path, out_dir / name)
+        pieces = {vocab.sp.id_to_piece(i): i for i in range(len(vocab))}
+        (out_dir / MARIAN_FILES[2]).write_text(json.dumps(pieces, ensure_ascii=False),
+                                               encoding="utf-8")
+    (out_dir / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "MarianTokenizer", "separate_vocabs": False,
+         "model_max_length": max_positions}) + "\n", encoding="utf-8")
+
+
+def export_marian(model_dir: str | Path, out_dir: str | Path) -> Path:
+    """Write the model directory `model_dir` as a Hugging Face Marian directory `out_dir`;
+    a ConversionError listing every setting Marian cannot carry, before anything is written."""
+    model_dir, out_dir = Path(model_dir), Path(out_dir)
+    try:
+        model, decode = load_model(model_dir)
+    except ModelLoadError as err:
+        raise ConversionError(str(err)) from None
+    cfg = model.cfg
+    problems = marian_refusals(cfg)
+    if problems:
+        raise ConversionError(f"{model_dir}: cannot export to Marian: " + "; ".join(problems))
+    vocab = load_model_vocabulary(model_dir)
+    state = relayout_sinusoids(model.state_dict(), cfg.d_model, cfg.sinusoid_layout, "split")
+    theirs = _marian_tensors(cfg, state)
+    config, generation = _marian_config(cfg, decode)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write(out_dir / "model.safetensors",
+                 lambda p: save_file(theirs, str(p), metadata={"format": "pt"}))
+    for name, data in (("config.json", config), ("generation_config.json", generation)):
+        (out_dir / name).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    _write_marian_vocabulary(vocab, model_dir, out_dir, cfg.max_positions)
+    return out_dir

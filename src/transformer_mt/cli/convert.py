@@ -1,0 +1,48 @@
+"""`transformer-mt import` and `transformer-mt export`: models between transformer-mt and
+other toolkits' formats."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+
+from ..interop.marian import export_marian, import_marian
+
+IMPORTERS = {"marian": import_marian}
+EXPORTERS = {"marian": export_marian}
+COMMANDS = ("import", "export")  # keywords: not the module's name
+
+IMPORT_HELP = (
+    "Convert a model of another toolkit into a transformer-mt model directory that translate, "
+    "serve and evaluate take, decoding as that toolkit does. marian: a Hugging Face Marian "
+    "(OPUS-MT) directory with config.json, model.safetensors or pytorch_model.bin, source.spm, "
+    "target.spm and vocab.json. docs/interop.md says what each format can carry.")
+EXPORT_HELP = (
+    "Write a transformer-mt model directory in another toolkit's format, computing the same "
+    "function. marian: a Hugging Face Marian directory that transformers' MarianMTModel and "
+    "MarianTokenizer load with no custom code (the paper's interleaved positions are carried "
+    "exactly; pre-norm, learned positions and LayerNorm eps other than 1e-5 are refused). "
+    "docs/interop.md says what each format can carry.")
+
+
+def add_parser(sub) -> None:
+    _add(sub, "import", "convert another toolkit's model into a model directory", IMPORT_HELP,
+         IMPORTERS, ("source", "the model's directory"))
+    _add(sub, "export", "convert a model directory into another toolkit's format", EXPORT_HELP,
+         EXPORTERS, ("model", "the model directory"))
+
+
+def _add(sub, command: str, summary: str, description: str,
+         converters: dict[str, Callable[..., Path]], source: tuple[str, str]) -> None:
+    p = sub.add_parser(command, help=summary, description=description)
+    p.add_argument("format", choices=sorted(converters), help="the other toolkit's format")
+    p.add_argument("source", metavar=source[0], type=Path, help=source[1])
+    p.add_argument("--out", required=True, type=Path, help="directory to write")
+    p.set_defaults(run=lambda args: run(args, converters))
+
+
+def run(args: argparse.Namespace, converters: dict[str, Callable[..., Path]]) -> int:
+    out = converters[args.format](args.source, args.out)
+    print(f"{args.command} {args.format}: {args.source} -> {out}")
+    return 0
