@@ -7,10 +7,11 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
+from ..interop.ct2 import QUANTIZATIONS, export_ctranslate2
 from ..interop.marian import export_marian, import_marian
 
 IMPORTERS = {"marian": import_marian}
-EXPORTERS = {"marian": export_marian}
+EXPORTERS = {"marian": export_marian, "ctranslate2": export_ctranslate2}
 COMMANDS = ("import", "export")  # keywords: not the module's name
 
 IMPORT_HELP = (
@@ -23,26 +24,37 @@ EXPORT_HELP = (
     "function. marian: a Hugging Face Marian directory that transformers' MarianMTModel and "
     "MarianTokenizer load with no custom code (the paper's interleaved positions are carried "
     "exactly; pre-norm, learned positions and LayerNorm eps other than 1e-5 are refused). "
-    "docs/interop.md says what each format can carry.")
+    "ctranslate2: a CTranslate2 model (post- or pre-norm, any positions and eps), weights "
+    "quantised with --quantization, that `translate --engine ctranslate2` and `serve "
+    "--engine ctranslate2` take. docs/interop.md says what each format can carry.")
 
 
 def add_parser(sub) -> None:
     _add(sub, "import", "convert another toolkit's model into a model directory", IMPORT_HELP,
          IMPORTERS, ("source", "the model's directory"))
-    _add(sub, "export", "convert a model directory into another toolkit's format", EXPORT_HELP,
-         EXPORTERS, ("model", "the model directory"))
+    p = _add(sub, "export", "convert a model directory into another toolkit's format",
+             EXPORT_HELP, EXPORTERS, ("model", "the model directory"))
+    p.add_argument("--quantization", help="ctranslate2 only: the weights' type, one of "
+                   f"{', '.join(QUANTIZATIONS)} (default float32)")
 
 
 def _add(sub, command: str, summary: str, description: str,
-         converters: dict[str, Callable[..., Path]], source: tuple[str, str]) -> None:
+         converters: dict[str, Callable[..., Path]], source: tuple[str, str]
+         ) -> argparse.ArgumentParser:
     p = sub.add_parser(command, help=summary, description=description)
     p.add_argument("format", choices=sorted(converters), help="the other toolkit's format")
     p.add_argument("source", metavar=source[0], type=Path, help=source[1])
     p.add_argument("--out", required=True, type=Path, help="directory to write")
     p.set_defaults(run=lambda args: run(args, converters))
+    return p
 
 
 def run(args: argparse.Namespace, converters: dict[str, Callable[..., Path]]) -> int:
-    out = converters[args.format](args.source, args.out)
+    options = {}
+    if getattr(args, "quantization", None) is not None:
+        if args.format != "ctranslate2":
+            raise ValueError(f"--quantization applies to ctranslate2, not {args.format}")
+        options["quantization"] = args.quantization
+    out = converters[args.format](args.source, args.out, **options)
     print(f"{args.command} {args.format}: {args.source} -> {out}")
     return 0

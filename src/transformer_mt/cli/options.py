@@ -65,9 +65,32 @@ def as_overrides(values: dict[str, Any], section: str) -> list[str]:
     return [f"{section}.{key}={json.dumps(value)}" for key, value in values.items()]
 
 
+ENGINES = ("torch", "ctranslate2")
+
+
 def add_model_options(parser: argparse.ArgumentParser) -> None:
-    """--model (one directory, or several: an ensemble) and --device, as translate and serve
-    take them."""
+    """--model (one directory, or several: an ensemble), --device and --engine, as translate
+    and serve take them."""
     parser.add_argument("--model", required=True, type=Path, nargs="+", action="extend",
                         help="model or run directory; several: an ensemble")
     parser.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    parser.add_argument(
+        "--engine", choices=ENGINES, default="torch",
+        help="torch: this package's search (default); ctranslate2: CTranslate2 runs it, --model "
+             "being a directory that `export ctranslate2` wrote (the interop extra); same "
+             "tokenisation, length cap and ranking (docs/interop.md)")
+
+
+def open_translator(args: argparse.Namespace, decode: dict[str, Any]):
+    """The Translator of --model, --device and --engine with decoding overrides `decode`;
+    returns (translator, the model directories)."""
+    from ..inference.translator import Translator
+    from ..training.checkpoint import resolve_model_dir
+
+    if args.engine == "ctranslate2":
+        from ..interop.ct2 import CTranslate2Translator
+
+        return CTranslate2Translator.from_dirs(args.model, device=args.device, **decode), \
+            list(args.model)
+    model_dirs = [resolve_model_dir(m) for m in args.model]
+    return Translator.from_dirs(model_dirs, device=args.device, **decode), model_dirs

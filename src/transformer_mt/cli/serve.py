@@ -8,10 +8,15 @@ import logging
 from pathlib import Path
 
 from ..config import DecodeConfig, ServeConfig
-from ..inference.translator import Translator
+from ..interop.ct2 import OURS_FILE
 from ..storage.model_dir import CONFIG_FILE
-from ..training.checkpoint import resolve_model_dir
-from .options import add_config_options, add_model_options, given, section_overrides
+from .options import (
+    add_config_options,
+    add_model_options,
+    given,
+    open_translator,
+    section_overrides,
+)
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +37,11 @@ def add_parser(sub) -> None:
 
 
 def model_languages(model_dir: Path) -> tuple[str, str] | None:
-    """(source, target) from a model directory's config.json, where training recorded it."""
-    config = json.loads((model_dir / CONFIG_FILE).read_text(encoding="utf-8"))
+    """(source, target) from a model directory's config.json (a CTranslate2 export's
+    transformer_mt.json), where training recorded it."""
+    ours = model_dir / OURS_FILE
+    config = json.loads((ours if ours.exists() else model_dir / CONFIG_FILE).read_text(
+        encoding="utf-8"))
     languages = config.get("languages")
     return tuple(languages) if isinstance(languages, list) and len(languages) == 2 else None
 
@@ -46,7 +54,6 @@ def run(args: argparse.Namespace) -> int:
     serve = ServeConfig(**section_overrides(
         [o for o in args.overrides if not o.startswith("decode.")], ServeConfig, "serve")
         | given(args, "serve"))
-    model_dirs = [resolve_model_dir(m) for m in args.model]
-    translator = Translator.from_dirs(model_dirs, device=args.device, **decode)
+    translator, model_dirs = open_translator(args, decode)
     run_server(translator, serve, languages=model_languages(model_dirs[0]))
     return 0

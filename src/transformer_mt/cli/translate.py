@@ -10,10 +10,14 @@ from pathlib import Path
 
 from ..config import DecodeConfig
 from ..evaluation.bleu import read_text
-from ..inference.translator import Translator
-from ..training.checkpoint import resolve_model_dir
 from ..training.progress import Progress
-from .options import add_config_options, add_model_options, given, section_overrides
+from .options import (
+    add_config_options,
+    add_model_options,
+    given,
+    open_translator,
+    section_overrides,
+)
 
 log = logging.getLogger(__name__)
 
@@ -37,9 +41,8 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     overrides = section_overrides(args.overrides, DecodeConfig, "decode") | given(args, "decode")
-    model_dirs = [resolve_model_dir(m) for m in args.model]
-    log.info("translating with %s", ", ".join(str(d) for d in model_dirs))
-    translator = Translator.from_dirs(model_dirs, device=args.device, **overrides)
+    translator, model_dirs = open_translator(args, overrides)
+    log.info("translating with %s (%s)", ", ".join(str(d) for d in model_dirs), args.engine)
     if args.input:
         sentences = read_text(args.input)
     else:

@@ -46,6 +46,7 @@ from ..storage.model_dir import (
     read_foreign_weights,
     save_model,
 )
+from . import ConversionError
 from .layout import relayout_sinusoids
 
 ACTIVATIONS = {"swish": "silu", "silu": "silu", "relu": "relu", "gelu": "gelu"}
@@ -53,10 +54,6 @@ HF_ACTIVATIONS = {"silu": "swish", "relu": "relu", "gelu": "gelu"}
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 MARIAN_EPS = 1e-5  # Hugging Face Marian's nn.LayerNorm default; its config has no eps
 OURS = "transformer_mt"  # config.json section an export keeps our config in
-
-
-class ConversionError(ValueError):
-    """A model cannot be converted; the message names the file and every field at fault."""
 
 
 def _read_json(path: Path) -> dict[str, Any]:

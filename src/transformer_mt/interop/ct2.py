@@ -1,0 +1,289 @@
+"""CTranslate2 out, and CTranslate2 as an inference engine.
+
+`export_ctranslate2` writes a model directory as a CTranslate2 model through its spec API
+(`ctranslate2.specs.TransformerSpec`): post-norm or pre-norm, the position table written out
+(so every layout and learned positions are carried), LayerNorm eps, biases where we have
+them, the start token, the vocabulary, and weight quantisation (int8, bfloat16, ...) passed
+through. Beside CTranslate2's files it keeps our config (`transformer_mt.json`) and vocabulary,
+so `CTranslate2Translator` decodes with our settings: the same tokenisation, the same length
+cap per sentence with EOS as its last token, padding never generated, and the hypotheses
+scored by CTranslate2 (score_batch) and ranked by our length normalisation (GNMT's or
+|Y|^alpha).
+
+Where the two differ: CTranslate2 renormalises the next-token distribution around tokens it
+may not produce (padding always, EOS under min_length), we (as fairseq and Hugging Face) do
+not; so a beam can rank differently when padding is likely (never, in a trained model) or
+under min_length (greedy is unaffected). Sampling draws from CTranslate2's random generator.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..config import ConfigError, DecodeConfig, ModelConfig, config_from_dict, config_to_dict
+from ..data.vocab import MARIAN_FILES, MarianVocabulary, Vocabulary, load_model_vocabulary
+from ..inference.search import length_norm, max_output_lengths
+from ..inference.translator import Translation, Translator
+from ..model.transformer import Transformer
+from ..storage.model_dir import CONFIG_FILE, VOCAB_FILE, ModelLoadError, load_model
+from . import ConversionError
+
+OURS_FILE = "transformer_mt.json"  # our model and decoding config beside CTranslate2's files
+QUANTIZATIONS = ("float32", "int8", "int8_float32", "int8_bfloat16", "int16", "bfloat16",
+                 "float16", "int8_float16")
+ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "silu": "SWISH"}
+
+
+def _ctranslate2():
+    try:
+        import ctranslate2
+    except ImportError:
+        raise ConversionError("the ctranslate2 package is not installed: "
+                              "pip install 'transformer-mt[interop]'") from None
+    return ctranslate2
+
+
+def _pieces(vocab: Vocabulary | MarianVocabulary) -> list[str]:
+    """The vocabulary's pieces in id order (CTranslate2 addresses tokens by piece)."""
+    if isinstance(vocab, MarianVocabulary):
+        return [vocab.pieces[i] for i in range(len(vocab))]
+    return [vocab.sp.id_to_piece(i) for i in range(len(vocab))]
+
+
+def _linear(spec, *layers: torch.nn.Linear) -> None:
+    """CTranslate2's linear `spec` from our layers, fused along the output (q|k|v)."""
+    spec.weight = torch.cat([layer.weight for layer in layers]).detach().float().numpy()
+    if layers[0].bias is not None:
+        spec.bias = torch.cat([layer.bias for layer in layers]).detach().float().numpy()
+
+
+def _norm(spec, norm: torch.nn.LayerNorm) -> None:
+    spec.gamma = norm.weight.detach().float().numpy()
+    spec.beta = norm.bias.detach().float().numpy()
+
+
+def _attention(spec, attention, self_attention: bool) -> None:
+    a = attention
+    if self_attention:
+        _linear(spec.linear[0], a.w_q, a.w_k, a.w_v)
+    else:
+        _linear(spec.linear[0], a.w_q)
+        _linear(spec.linear[1], a.w_k, a.w_v)
+    _linear(spec.linear[-1], a.w_o)
+
+
+def _stack(spec, stack, embed, decoder: bool) -> None:
+    """One stack: its embeddings and scale, its position table written out, its layers, and
+    the final norm of pre-norm."""
+    embeddings = spec.embeddings if decoder else spec.embeddings[0]
+    embeddings.weight = embed.tokens.weight.detach().float().numpy()
+    spec.scale_embeddings = embed.scale
+    spec.position_encodings.encodings = \
+        embed.positions(0, embed.max_positions).detach().float().numpy()
+    for layer_spec, layer in zip(spec.layer, stack.layers, strict=True):
+        _attention(layer_spec.self_attention, layer.self_attn, self_attention=True)
+        _norm(layer_spec.self_attention.layer_norm, layer.sublayer1.norm)
+        if decoder:
+            _attention(layer_spec.attention, layer.cross_attn, self_attention=False)
+            _norm(layer_spec.attention.layer_norm, layer.sublayer2.norm)
+        _linear(layer_spec.ffn.linear_0, layer.ff.w_1)
+        _linear(layer_spec.ffn.linear_1, layer.ff.w_2)
+        _norm(layer_spec.ffn.layer_norm, (layer.sublayer3 if decoder else layer.sublayer2).norm)
+    if stack.final_norm is not None:
+        _norm(spec.layer_norm, stack.final_norm)
+
+
+def ctranslate2_refusals(cfg: ModelConfig) -> list[str]:
+    """What of `cfg` CTranslate2's TransformerSpec cannot carry."""
+    return [f"{name}={getattr(cfg, name)}: CTranslate2's heads are d_model / h"
+            for name in ("d_k", "d_v")
+            if getattr(cfg, name) not in (None, cfg.d_model // cfg.n_heads)]
+
+
+def transformer_spec(model: Transformer, vocab: Vocabulary | MarianVocabulary):
+    """CTranslate2's TransformerSpec holding `model`'s weights and `vocab`'s pieces."""
+    _ctranslate2()
+    from ctranslate2.specs import common_spec, transformer_spec
+
+    cfg = model.cfg
+    spec = transformer_spec.TransformerSpec.from_config(
+        (cfg.n_encoder_layers, cfg.n_decoder_layers), cfg.n_heads, pre_norm=cfg.norm_first,
+        activation=getattr(common_spec.Activation, ACTIVATIONS[cfg.activation]))
+    _stack(spec.encoder, model.encoder, model.src_embed, decoder=False)
+    _stack(spec.decoder, model.decoder, model.tgt_embed, decoder=True)
+    _linear(spec.decoder.projection, model.generator)
+    pieces = _pieces(vocab)
+    spec.register_source_vocabulary(pieces)
+    spec.register_target_vocabulary(pieces)
+    spec.config.layer_norm_epsilon = cfg.layer_norm_eps
+    spec.config.decoder_start_token = spec.config.bos_token = pieces[cfg.bos_id]
+    spec.config.eos_token = pieces[cfg.eos_id]
+    spec.config.unk_token = pieces[vocab.unk_id if isinstance(vocab, MarianVocabulary) else 1]
+    return spec
+
+
+def export_ctranslate2(model_dir: str | Path, out_dir: str | Path, *,
+                       quantization: str = "float32") -> Path:
+    """Write the model directory `model_dir` as a CTranslate2 model in `out_dir` (weights
+    quantised to `quantization`), with our config and vocabulary beside it."""
+    model_dir, out_dir = Path(model_dir), Path(out_dir)
+    if quantization not in QUANTIZATIONS:
+        raise ConversionError(f"quantization={quantization!r} (one of {', '.join(QUANTIZATIONS)})")
+    try:
+        model, decode = load_model(model_dir)
+    except ModelLoadError as err:
+        raise ConversionError(str(err)) from None
+    problems = ctranslate2_refusals(model.cfg)
+    if problems:
+        raise ConversionError(f"{model_dir}: cannot export to CTranslate2: " + "; ".join(problems))
+    vocab = load_model_vocabulary(model_dir)
+    spec = transformer_spec(model, vocab)
+    spec.validate()
+    spec.optimize(quantization=None if quantization == "float32" else quantization)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    spec.save(str(out_dir))
+    for name in (*MARIAN_FILES, VOCAB_FILE):
+        if (model_dir / name).exists():
+            shutil.copyfile(model_dir / name, out_dir / name)
+    ours = {"model": config_to_dict(model.cfg), "decode": config_to_dict(decode),
+            "quantization": quantization,
+            "languages": json.loads((model_dir / CONFIG_FILE).read_text()).get("languages")}
+    (out_dir / OURS_FILE).write_text(json.dumps(ours, indent=2) + "\n", encoding="utf-8")
+    return out_dir
+
+
+def _compute_type(cfg: DecodeConfig) -> str:
+    """Our precision switches as CTranslate2's compute type (default: the export's)."""
+    return "int8" if cfg.int8 else "bfloat16" if cfg.bf16 else "default"
+
+
+class CTranslate2Translator(Translator):
+    """`Translator` whose searches CTranslate2 runs, over a directory `export_ctranslate2`
+    wrote. Tokenisation, the length cap of each sentence, the n-best lists and their scores
+    are ours; CTranslate2's beam keeps the beam_size finished hypotheses and we rank them with
+    our length normalisation."""
+
+    def __init__(self, ct2_dir: Path, model_cfg: ModelConfig,
+                 vocab: Vocabulary | MarianVocabulary, decode: DecodeConfig, *,
+                 device: str = "cpu"):
+        ctranslate2 = _ctranslate2()
+        if len(vocab) != model_cfg.vocab_size:
+            raise ValueError(f"{ct2_dir}: vocabulary of {len(vocab)} pieces, the model "
+                             f"expects {model_cfg.vocab_size}")
+        if decode.beam_stop != "n_finished":
+            raise ConfigError("decode.beam_stop=bound: CTranslate2's beam stops once beam_size "
+                              "hypotheses have finished (n_finished)")
+        self.vocab, self.decode_cfg, self.ct2_dir = vocab, decode, ct2_dir
+        with torch.device("meta"):  # the config and the parameter count, no weights
+            self.model = Transformer(model_cfg).eval()
+        self.device = torch.device(device)
+        self.pieces = _pieces(vocab)
+        self.ids = {piece: i for i, piece in enumerate(self.pieces)}
+        pad, eos = model_cfg.pad_id, model_cfg.eos_id
+        self._banned = [[self.pieces[pad]]] if pad != eos else None  # as our search
+        self.engine = ctranslate2.Translator(
+            str(ct2_dir), device="cuda" if self.device.type == "cuda" else "cpu",
+            compute_type=_compute_type(decode), intra_threads=torch.get_num_threads())
+
+    @classmethod
+    def from_dirs(cls, model_dirs: Sequence[str | Path], *, device: str = "cpu",
+                  **decode_overrides) -> CTranslate2Translator:
+        if len(model_dirs) != 1:
+            raise ValueError("the ctranslate2 engine decodes one model, not an ensemble")
+        ct2_dir = Path(model_dirs[0])
+        path = ct2_dir / OURS_FILE
+        try:
+            ours = json.loads(path.read_text(encoding="utf-8"))
+            model_cfg = config_from_dict(ModelConfig, ours["model"], "model")
+            decode = config_from_dict(DecodeConfig, ours.get("decode", {}), "decode")
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise ModelLoadError(f"{path}: not a CTranslate2 export of transformer-mt "
+                                 f"(transformer-mt export ctranslate2 writes it): {err}") from None
+        vocab = load_model_vocabulary(ct2_dir)
+        return cls(ct2_dir, model_cfg, vocab, dataclasses.replace(decode, **decode_overrides),
+                   device=device)
+
+    def joins(self, cfg: DecodeConfig) -> bool:
+        return False  # CTranslate2 runs each batch's search to its end
+
+    def translate_ids(self, sources: Sequence[list[int]], cfg: DecodeConfig, *,
+                      progress: Callable[[int], None] | None = None) -> list[list[Translation]]:
+        """Our translate_ids through CTranslate2, in batches of similar length (as ours)."""
+        order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+        results: list[list[Translation]] = [[] for _ in sources]
+        for start in range(0, len(order), cfg.batch_size):
+            batch = order[start : start + cfg.batch_size]
+            for i, nbest in zip(batch, self._search([sources[i] for i in batch], cfg),
+                                strict=True):
+                results[i] = nbest
+            if progress is not None:
+                progress(start + len(batch))
+        return results
+
+    def _search(self, sources: list[list[int]], cfg: DecodeConfig) -> list[list[Translation]]:
+        """One batch. CTranslate2's length cap is one per batch, ours one per sentence (with
+        EOS forced as the last token): the batch runs to the largest cap, and a sentence whose
+        search had not ended strictly before its own cap is searched again with cap - 1 free
+        tokens (greedy: its first cap - 1 tokens), EOS then added as ours forces it. Every
+        hypothesis is scored again by CTranslate2 (score_batch): the log-probabilities our
+        search adds, as CTranslate2's search renormalises around the banned padding."""
+        caps = max_output_lengths(self._padded(sources), self.model.cfg.pad_id, cfg).tolist()
+        tokens = [[self.pieces[t] for t in ids] for ids in sources]
+        eos = self.pieces[self.model.cfg.eos_id]
+        hyps = self._run(tokens, max(caps), cfg)
+        again: dict[int, list[int]] = {}  # cap -> sentences to search again
+        for i, (nbest, cap) in enumerate(zip(hyps, caps, strict=True)):
+            if not all(h and h[-1] == eos and len(h) < cap for h in nbest):
+                again.setdefault(cap, []).append(i)
+        for cap, members in again.items():
+            if cap == 1:
+                capped = [[[]] for _ in members]
+            elif cfg.strategy == "beam":
+                capped = self._run([tokens[i] for i in members], cap - 1, cfg)
+            else:  # one hypothesis, chosen token by token: its first cap - 1 tokens are ours
+                capped = [[hyps[i][0][: cap - 1]] for i in members]
+            for i, nbest in zip(members, capped, strict=True):
+                hyps[i] = nbest
+        flat = [(i, h[:-1] if h and h[-1] == eos else h) for i, nbest in enumerate(hyps)
+                for h in nbest]
+        scored = iter(self.engine.score_batch([tokens[i] for i, _ in flat],
+                                              [h for _, h in flat], max_batch_size=256))
+        return [self._ranked([(h, sum(next(scored).log_probs)) for h in nbest], cfg)
+                for nbest in ([h[:-1] if h and h[-1] == eos else h for h in nbest]
+                              for nbest in hyps)]
+
+    def _run(self, tokens: list[list[str]], cap: int, cfg: DecodeConfig) -> list[list[list[str]]]:
+        """The hypotheses of each sentence, at most `cap` tokens, EOS kept where they ended."""
+        outs = self.engine.translate_batch(
+            tokens, max_batch_size=len(tokens), max_decoding_length=cap,
+            min_decoding_length=max(cfg.min_length - 1, 0), max_input_length=0,
+            return_end_token=True, suppress_sequences=self._banned, **self._options(cfg))
+        return [out.hypotheses for out in outs]
+
+    def _options(self, cfg: DecodeConfig) -> dict[str, Any]:
+        if cfg.strategy == "sample":
+            _ctranslate2().set_random_seed(cfg.seed)
+            return {"beam_size": 1, "num_hypotheses": 1, "length_penalty": 1.0,
+                    "sampling_topk": cfg.top_k, "sampling_topp": cfg.top_p,
+                    "sampling_temperature": cfg.temperature}
+        beam = cfg.beam_size if cfg.strategy == "beam" else 1
+        # all beam_size finished hypotheses, which we rank; length_penalty not 0, as 0 would
+        # change when the beam stops (CTranslate2 then ends at the first finished top beam)
+        return {"beam_size": beam, "num_hypotheses": beam, "length_penalty": 1.0}
+
+    def _ranked(self, hyps: list[tuple[list[str], float]], cfg: DecodeConfig
+                ) -> list[Translation]:
+        """The n_best of one sentence's (hypothesis without EOS, log P with EOS), ranked by our
+        length normalisation."""
+        out = [Translation(self.vocab.decode([self.ids[t] for t in pieces]),
+                           log_prob / length_norm(len(pieces) + 1, cfg), log_prob)
+               for pieces, log_prob in hyps]
+        out.sort(key=lambda t: -t.score)
+        return out[: cfg.n_best]
