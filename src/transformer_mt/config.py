@@ -91,6 +91,8 @@ class ModelConfig:
     # split: the paper's frequencies, all sines then all cosines (Marian, Hugging Face Marian).
     sinusoid_layout: Literal["interleaved", "concat", "split"] = "interleaved"
     max_positions: int = 1024  # size of the positional table
+    # not in the paper: sinusoids start at this position, not 0 (fairseq: padding_idx + 1)
+    position_offset: int = 0
     scale_embeddings: bool = True  # multiply token embeddings by sqrt(d_model) (§3.4)
     # three_way: source embedding = target embedding = pre-softmax weights (§3.4).
     # decoder: only target embedding = pre-softmax; embeddings: only source = target embedding
@@ -115,6 +117,9 @@ class ModelConfig:
                      "source_word_dropout", "target_word_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"model.{name} must be in [0, 1), got {getattr(self, name)}")
+        if self.position_offset < 0 or self.position_offset and self.positional == "learned":
+            raise ValueError(f"model.position_offset={self.position_offset}: a start (>= 0) "
+                             "of the sinusoids; learned positions have none")
         for name in ("pad_id", "bos_id", "eos_id"):
             if not 0 <= getattr(self, name) < self.vocab_size:
                 raise ValueError(f"model.{name}={getattr(self, name)} is outside the vocabulary")

@@ -8,9 +8,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..interop.ct2 import QUANTIZATIONS, export_ctranslate2
+from ..interop.fairseq import import_fairseq
 from ..interop.marian import export_marian, import_marian
 
-IMPORTERS = {"marian": import_marian}
+IMPORTERS = {"marian": import_marian, "fairseq": import_fairseq}
 EXPORTERS = {"marian": export_marian, "ctranslate2": export_ctranslate2}
 COMMANDS = ("import", "export")  # keywords: not the module's name
 
@@ -18,7 +19,9 @@ IMPORT_HELP = (
     "Convert a model of another toolkit into a transformer-mt model directory that translate, "
     "serve and evaluate take, decoding as that toolkit does. marian: a Hugging Face Marian "
     "(OPUS-MT) directory with config.json, model.safetensors or pytorch_model.bin, source.spm, "
-    "target.spm and vocab.json. docs/interop.md says what each format can carry.")
+    "target.spm and vocab.json. fairseq: a transformer checkpoint .pt (read with "
+    "torch.load(weights_only=True), only argparse.Namespace allowed) with its dict.*.txt and "
+    "SentencePiece *.model beside it. docs/interop.md says what each format can carry.")
 EXPORT_HELP = (
     "Write a transformer-mt model directory in another toolkit's format, computing the same "
     "function. marian: a Hugging Face Marian directory that transformers' MarianMTModel and "
@@ -31,7 +34,7 @@ EXPORT_HELP = (
 
 def add_parser(sub) -> None:
     _add(sub, "import", "convert another toolkit's model into a model directory", IMPORT_HELP,
-         IMPORTERS, ("source", "the model's directory"))
+         IMPORTERS, ("source", "the model's directory (fairseq: its checkpoint file)"))
     p = _add(sub, "export", "convert a model directory into another toolkit's format",
              EXPORT_HELP, EXPORTERS, ("model", "the model directory"))
     p.add_argument("--quantization", help="ctranslate2 only: the weights' type, one of "

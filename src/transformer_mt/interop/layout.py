@@ -1,4 +1,5 @@
-"""Exact re-layouts of a model's weights that other formats need.
+"""Exact re-layouts of a model's weights that other formats need, and the layer names the
+fairseq family (fairseq, BART, Hugging Face Marian) gives our tensors.
 
 `interleaved` and `split` sinusoids (config.ModelConfig.sinusoid_layout) are the same table
 with the model dimensions in another order: split[:, j] = interleaved[:, SPLIT_ORDER[j]]. A
@@ -11,6 +12,8 @@ paper's interleaved positions becomes, exactly, one with Marian's split position
 from __future__ import annotations
 
 import torch
+
+from ..config import ModelConfig
 
 _READ = (".tokens.weight", "generator.weight", ".w_q.weight", ".w_k.weight", ".w_v.weight",
          ".w_1.weight")  # (out, D): columns are model dimensions
@@ -48,3 +51,29 @@ def relayout_sinusoids(state: dict[str, torch.Tensor], d_model: int, src: str, d
     elif (src, dst) != ("interleaved", "split"):
         raise ValueError(f"no exact re-layout from {src} to {dst} sinusoids")
     return permute_model_dims(state, order)
+
+
+def _layer_names(stack: str, i: int, decoder: bool, prefix: str) -> dict[str, str]:
+    """fairseq's tensor names (without .weight/.bias) of one layer -> ours."""
+    ours, theirs = f"{stack}.layers.{i}", f"{prefix}{stack}.layers.{i}"
+    names = {f"{theirs}.self_attn.{p}_proj": f"{ours}.self_attn.w_{q}"
+             for p, q in (("q", "q"), ("k", "k"), ("v", "v"), ("out", "o"))}
+    names[f"{theirs}.self_attn_layer_norm"] = f"{ours}.sublayer1.norm"
+    names[f"{theirs}.fc1"], names[f"{theirs}.fc2"] = f"{ours}.ff.w_1", f"{ours}.ff.w_2"
+    if decoder:
+        names.update({f"{theirs}.encoder_attn.{p}_proj": f"{ours}.cross_attn.w_{q}"
+                      for p, q in (("q", "q"), ("k", "k"), ("v", "v"), ("out", "o"))})
+        names[f"{theirs}.encoder_attn_layer_norm"] = f"{ours}.sublayer2.norm"
+    names[f"{theirs}.final_layer_norm"] = f"{ours}.sublayer{3 if decoder else 2}.norm"
+    return names
+
+
+def layer_names(cfg: ModelConfig, prefix: str = "") -> dict[str, str]:
+    """fairseq's names of every layer's tensors (without .weight/.bias), which Hugging Face's
+    Marian (after BART) keeps under the prefix "model.", -> ours."""
+    names: dict[str, str] = {}
+    for i in range(cfg.n_encoder_layers):
+        names.update(_layer_names("encoder", i, False, prefix))
+    for i in range(cfg.n_decoder_layers):
+        names.update(_layer_names("decoder", i, True, prefix))
+    return names

@@ -47,7 +47,7 @@ from ..storage.model_dir import (
     save_model,
 )
 from . import ConversionError
-from .layout import relayout_sinusoids
+from .layout import layer_names, relayout_sinusoids
 
 ACTIVATIONS = {"swish": "silu", "silu": "silu", "relu": "relu", "gelu": "gelu"}
 HF_ACTIVATIONS = {"silu": "swish", "relu": "relu", "gelu": "gelu"}
@@ -117,31 +117,6 @@ def marian_decode_config(hf: dict[str, Any], cfg: ModelConfig) -> DecodeConfig:
                         max_length=max_length, max_length_offset=cfg.max_positions)
 
 
-def _layer_names(stack: str, i: int, decoder: bool) -> dict[str, str]:
-    """Marian's tensor names (without .weight/.bias) of one layer -> ours."""
-    ours, theirs = f"{stack}.layers.{i}", f"model.{stack}.layers.{i}"
-    names = {f"{theirs}.self_attn.{p}_proj": f"{ours}.self_attn.w_{q}"
-             for p, q in (("q", "q"), ("k", "k"), ("v", "v"), ("out", "o"))}
-    names[f"{theirs}.self_attn_layer_norm"] = f"{ours}.sublayer1.norm"
-    names[f"{theirs}.fc1"], names[f"{theirs}.fc2"] = f"{ours}.ff.w_1", f"{ours}.ff.w_2"
-    if decoder:
-        names.update({f"{theirs}.encoder_attn.{p}_proj": f"{ours}.cross_attn.w_{q}"
-                      for p, q in (("q", "q"), ("k", "k"), ("v", "v"), ("out", "o"))})
-        names[f"{theirs}.encoder_attn_layer_norm"] = f"{ours}.sublayer2.norm"
-    names[f"{theirs}.final_layer_norm"] = f"{ours}.sublayer{3 if decoder else 2}.norm"
-    return names
-
-
-def layer_names(cfg: ModelConfig) -> dict[str, str]:
-    """Marian's names of every layer's tensors (without .weight/.bias) -> ours."""
-    names: dict[str, str] = {}
-    for i in range(cfg.n_encoder_layers):
-        names.update(_layer_names("encoder", i, decoder=False))
-    for i in range(cfg.n_decoder_layers):
-        names.update(_layer_names("decoder", i, decoder=True))
-    return names
-
-
 def embeddings(theirs: dict[str, torch.Tensor], path: Path) -> tuple[torch.Tensor, ...]:
     """The source and target embeddings and the output weights: model.shared where a stack's
     own copy is not in the file (tied tensors are saved once), lm_head tied to the target's."""
@@ -167,7 +142,7 @@ def marian_state(cfg: ModelConfig, theirs: dict[str, torch.Tensor],
     """Our state dict from Marian's tensors. Their position tables, where the file has them,
     must equal the `split` sinusoids."""
     state = {}
-    for their_name, our_name in layer_names(cfg).items():
+    for their_name, our_name in layer_names(cfg, "model.").items():
         for kind in ("weight", "bias"):
             key = f"{their_name}.{kind}"
             if key not in theirs:
@@ -270,6 +245,8 @@ def marian_refusals(cfg: ModelConfig) -> list[str]:
         problems.append(f"positional={cfg.positional}: Marian's positions are fixed sinusoids")
     elif cfg.sinusoid_layout == "concat":
         problems.append("sinusoid_layout=concat: tensor2tensor's frequencies are not Marian's")
+    if cfg.position_offset:
+        problems.append(f"position_offset={cfg.position_offset}: Marian's positions start at 0")
     if cfg.layer_norm_eps != MARIAN_EPS:
         problems.append(f"layer_norm_eps={cfg.layer_norm_eps}: Marian's LayerNorm eps is "
                         f"{MARIAN_EPS} and not configurable (train with "
@@ -319,7 +296,7 @@ def _marian_tensors(cfg: ModelConfig, ours: dict[str, torch.Tensor]) -> dict[str
     """Marian's tensors from our state dict (every alias present) of a split-layout model;
     zeros where we have no bias."""
     theirs = {}
-    for their_name, our_name in layer_names(cfg).items():
+    for their_name, our_name in layer_names(cfg, "model.").items():
         weight = ours[f"{our_name}.weight"]
         theirs[f"{their_name}.weight"] = weight
         theirs[f"{their_name}.bias"] = ours.get(f"{our_name}.bias",

@@ -60,7 +60,9 @@ class Embeddings(nn.Module):
         if cfg.positional == "learned":  # Table 3 row (E)
             self.learned_positions = nn.Embedding(cfg.max_positions, cfg.d_model)
         else:
-            table = sinusoidal_positions(cfg.max_positions, cfg.d_model, cfg.sinusoid_layout)
+            offset = cfg.position_offset  # fairseq's first position is padding_idx + 1
+            table = sinusoidal_positions(offset + cfg.max_positions, cfg.d_model,
+                                         cfg.sinusoid_layout)[offset:]
             self.register_buffer("sinusoids", table, persistent=False)
         self.max_positions = cfg.max_positions
         self.drop = Dropout(cfg.dropout)

@@ -10,6 +10,7 @@ toolkits' PyTorch `.bin`/`.pt` files: `torch.load(weights_only=True)` and no fal
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import struct
 from pathlib import Path
@@ -121,24 +122,35 @@ FOREIGN_SUFFIXES = (".bin", ".pt", ".pth")
 
 def read_foreign_weights(path: str | Path) -> dict[str, torch.Tensor]:
     """A flat name -> tensor mapping from another toolkit's weights file: safetensors, or a
-    PyTorch `.bin`/`.pt`/`.pth` state dict. The only unpickling in the package:
-    torch's restricted `weights_only` unpickler (no arbitrary globals, so no code runs), with no
-    fallback to a full unpickle. Anything but a flat dict of tensors is refused."""
+    PyTorch `.bin`/`.pt`/`.pth` state dict (`load_torch_file`). Anything but a flat dict of
+    tensors is refused."""
     path = Path(path)
     if path.suffix == ".safetensors":
         return read_weights(path)
-    if path.suffix not in FOREIGN_SUFFIXES:
-        raise ModelLoadError(f"{path}: expected .safetensors or one of {FOREIGN_SUFFIXES}")
-    try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # noqa: BLE001 - whatever the unpickler refuses, we refuse
-        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise ModelLoadError(f"{path}: refused by torch.load(weights_only=True): {reason}") \
-            from None
+    obj = load_torch_file(path)
     if not isinstance(obj, dict) or not all(
             isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in obj.items()):
         raise ModelLoadError(f"{path}: not a flat mapping of names to tensors")
     return obj
+
+
+def load_torch_file(path: Path, allowed_globals: tuple[type, ...] = ()) -> object:
+    """The object in another toolkit's `.bin`/`.pt`/`.pth` file. The only unpickling in the
+    package: torch's restricted `weights_only` unpickler, which builds tensors and plain
+    containers and no other class, so no code runs, plus exactly `allowed_globals` (fairseq's
+    argparse.Namespace); no fallback to a full unpickle. A refused global is named."""
+    if path.suffix not in FOREIGN_SUFFIXES:
+        raise ModelLoadError(f"{path}: expected .safetensors or one of {FOREIGN_SUFFIXES}")
+    try:
+        with torch.serialization.safe_globals(list(allowed_globals)):
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - whatever the unpickler refuses, we refuse
+        text = str(err)
+        found = re.search(r"GLOBAL (\S+) (was not an allowed global|whose module)", text)
+        reason = f"it holds the global {found.group(1)}, which is not allowed (no code is run " \
+            "to build it)" if found else (text.splitlines()[0] if text else type(err).__name__)
+        raise ModelLoadError(f"{path}: refused by torch.load(weights_only=True): {reason}") \
+            from None
 
 
 def check_weights(cfg: ModelConfig, state: dict[str, torch.Tensor], path: Path) -> None:
