@@ -31,7 +31,8 @@ def trained(seed=0):
 
 @pytest.fixture
 def vocab_file(tmp_path):
-    path = tmp_path / "vocab.model"
+    (tmp_path / "vocab").mkdir()
+    path = tmp_path / "vocab" / "sentencepiece.model"
     path.write_bytes(b"not read by the checkpoint code")
     return path
 
@@ -39,7 +40,7 @@ def vocab_file(tmp_path):
 def save(run_dir, model, optimizer, step, vocab_file, keep_last=5):
     return save_checkpoint(run_dir=run_dir, model=model, optimizer=optimizer,
                            state={"step": step, "epoch": 0}, config={"model": {}},
-                           vocab_path=vocab_file, keep_last=keep_last)
+                           vocab_dir=vocab_file.parent, keep_last=keep_last)
 
 
 def test_manifest_verifies_and_damage_falls_back(tmp_path, vocab_file):

@@ -71,7 +71,7 @@ def test_save_load_save_is_identical(short_run, tmp_path):
     state = load_checkpoint(path, model, optimizer)
     config = json.loads((path / ck.CONFIG_FILE).read_text())
     again = save_checkpoint(run_dir=tmp_path, model=model, optimizer=optimizer, state=state,
-                            config=config, vocab_path=path / ck.VOCAB_FILE, keep_last=1)
+                            config=config, vocab_dir=path, keep_last=1)
     for name in (ck.WEIGHTS_FILE, ck.OPTIMIZER_FILE, ck.STATE_FILE, ck.CONFIG_FILE):
         assert sha256(again / name) == sha256(path / name), name
 

@@ -394,3 +394,25 @@ def test_compiled_training_step_equals_eager_across_batch_shapes_without_recompi
     # with dropout too the model compiles whole: our dropout's own mask would break the graph
     dropped = tiny_model(dropout=0.3).to(device).train()
     assert torch._dynamo.explain(dropped)(*batch[:2], project=False).graph_break_count == 0
+
+
+@settings(max_examples=15, deadline=None)
+@given(eps=st.floats(0.0, 0.3), seed=st.integers(0, 2**16))
+def test_the_output_bias_is_in_the_loss_and_gets_its_gradient(eps, seed):
+    # models with an output bias (Marian's final_logits_bias) train through the fused loss
+    g = torch.Generator().manual_seed(seed)
+    x, weight, bias = (torch.randn(*s, generator=g) for s in ((24, 8), (13, 8), (13,)))
+    target = torch.randint(0, 13, (24,), generator=g)
+    ours = [t.clone().requires_grad_() for t in (x, weight, bias)]
+    ref = [t.clone().requires_grad_() for t in (x, weight, bias)]
+    loss, _, _ = label_smoothed_nll(ours[0], ours[1], target, eps=eps, pad_id=0,
+                                    bias_V=ours[2])
+    logp = torch.log_softmax(ref[0] @ ref[1].t() + ref[2], dim=-1)
+    expected = F.cross_entropy(logp, target, label_smoothing=eps, ignore_index=0,
+                               reduction="sum")
+    (1.5 * loss).backward()
+    (1.5 * expected).backward()
+    torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-4)
+    for mine, theirs in zip(ours, ref, strict=True):
+        torch.testing.assert_close(mine.grad, theirs.grad, rtol=1e-4, atol=1e-5)
+    assert ours[2].grad.abs().sum() > 0

@@ -8,6 +8,7 @@ from pathlib import Path
 from ..config import DataConfig, load_config
 from ..data.corpora import CORPORA, locate
 from ..data.prepare import SplitFiles, prepare
+from ..storage.model_dir import CONFIG_FILE, load_config_json
 from .options import add_config_options, as_overrides, given
 
 
@@ -35,6 +36,9 @@ def add_parser(sub) -> None:
                    help="download a --dataset missing from --data-dir (checks sha256)")
     p.add_argument("--config", default="base", help="preset or YAML for the data section")
     p.add_argument("--out", required=True, type=Path, help="prepared data directory")
+    p.add_argument("--vocabulary", type=Path, metavar="MODEL_DIR",
+                   help="encode with this model's vocabulary (and its special ids) instead of "
+                        "learning one: to fine-tune it with train --init-from MODEL_DIR")
     p.add_argument("overrides", nargs="*", metavar="data.key=value")
     add_config_options(p, DataConfig, "data")
     p.set_defaults(run=run)
@@ -57,8 +61,13 @@ def run(args: argparse.Namespace) -> int:
         if args.valid_src or args.valid_tgt:
             files["valid"] = SplitFiles("valid", args.valid_src, args.valid_tgt)
         src_lang, tgt_lang = args.src_lang, args.tgt_lang
+    vocabulary = None
+    if args.vocabulary:
+        model_cfg, _ = load_config_json(args.vocabulary / CONFIG_FILE)
+        vocabulary = (args.vocabulary, {"pad": model_cfg.pad_id, "bos": model_cfg.bos_id,
+                                        "eos": model_cfg.eos_id})
     report = prepare(train=files.pop("train"), others=list(files.values()), out_dir=args.out,
-                     cfg=cfg, src_lang=src_lang, tgt_lang=tgt_lang)
+                     cfg=cfg, src_lang=src_lang, tgt_lang=tgt_lang, vocabulary=vocabulary)
     for name, split in report["splits"].items():
         dropped = ", ".join(f"{k} {v}" for k, v in split["dropped"].items()) or "none"
         print(f"{name}: {split['kept']:,} pairs kept of {split['read']:,} "

@@ -8,8 +8,10 @@ import sys
 import textwrap
 from pathlib import Path
 
-from ..config import Config, load_config, preset_names
+from ..config import Config, ModelConfig, load_config, preset_names
+from ..training.fine_tune import init_model_config
 from ..training.loop import TrainingDiverged, train
+from .options import section_overrides
 
 
 def add_parser(sub) -> None:
@@ -26,6 +28,10 @@ def add_parser(sub) -> None:
                    help=f"preset ({', '.join(preset_names())}) or YAML file (default: base)")
     p.add_argument("--data", required=True, type=Path, help="prepared data directory")
     p.add_argument("--run-dir", required=True, type=Path, help="where the run is written")
+    p.add_argument("--init-from", type=Path, metavar="MODEL_DIR",
+                   help="fine-tune: start a new run from this model directory's weights and "
+                        "config (e.g. an imported OPUS-MT model), on data prepared with "
+                        "prepare --vocabulary MODEL_DIR; only --model.*dropout may change")
     p.add_argument("--ignore-mismatch", action="store_true",
                    help="resume even if config, vocabulary or data differ from the checkpoint")
     p.set_defaults(run=run, overrides=[])
@@ -45,9 +51,13 @@ def config_keys() -> str:
 
 def run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, args.overrides)
+    if args.init_from:
+        given = section_overrides([o for o in args.overrides if o.startswith("model.")],
+                                  ModelConfig, "model")
+        cfg = dataclasses.replace(cfg, model=init_model_config(args.init_from, given))
     try:
         state = train(cfg, data_dir=args.data, run_dir=args.run_dir,
-                      ignore_mismatch=args.ignore_mismatch)
+                      ignore_mismatch=args.ignore_mismatch, init_from=args.init_from)
     except TrainingDiverged as err:
         print(f"transformer-mt train: stopped: {err}", file=sys.stderr)
         return 3

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .prepare import SIDES, pack
+from .prepare import SIDES, load_meta, pack
 from .text import DataError, read_bytes, split_lines
 from .vocab import BOS_ID, EOS_ID, PAD_ID, Vocabulary
 
@@ -19,6 +19,11 @@ class ParallelData:
         self.data_dir, self.split = Path(data_dir), split
         self.tokens, self.offsets = {}, {}
         self._texts: dict[str, list[str]] = {}  # see text()
+        meta = load_meta(data_dir) if (self.data_dir / "meta.json").exists() else {}
+        specials = meta.get("special_ids") or {}  # data prepared before they were recorded
+        self.pad_id, self.bos_id, self.eos_id = (specials.get(k, default) for k, default in
+                                                 (("pad", PAD_ID), ("bos", BOS_ID),
+                                                  ("eos", EOS_ID)))
         for side in SIDES:
             for kind, store in (("tokens", self.tokens), ("offsets", self.offsets)):
                 path = self.data_dir / f"{split}.{side}.{kind}.npy"
@@ -47,14 +52,15 @@ class ParallelData:
         B = len(indices)
         S = int(self.src_lengths[indices].max())
         T = int(self.tgt_lengths[indices].max())
-        src = np.full((B, S), PAD_ID, dtype=np.int64)
-        tgt_in = np.full((B, T), PAD_ID, dtype=np.int64)
-        tgt_out = np.full((B, T), PAD_ID, dtype=np.int64)
+        pad, bos, eos = self.pad_id, self.bos_id, self.eos_id
+        src = np.full((B, S), pad, dtype=np.int64)
+        tgt_in = np.full((B, T), pad, dtype=np.int64)
+        tgt_out = np.full((B, T), pad, dtype=np.int64)
         for row, i in enumerate(indices):
             s, t = self.ids("src", i), self.ids("tgt", i)
-            src[row, : len(s)], src[row, len(s)] = s, EOS_ID
-            tgt_in[row, 0], tgt_in[row, 1 : len(t) + 1] = BOS_ID, t
-            tgt_out[row, : len(t)], tgt_out[row, len(t)] = t, EOS_ID
+            src[row, : len(s)], src[row, len(s)] = s, eos
+            tgt_in[row, 0], tgt_in[row, 1 : len(t) + 1] = bos, t
+            tgt_out[row, : len(t)], tgt_out[row, len(t)] = t, eos
         return torch.from_numpy(src), torch.from_numpy(tgt_in), torch.from_numpy(tgt_out)
 
     def resegmented(self, vocab: Vocabulary, *, dropout: float, seed: int) -> ParallelData:
@@ -65,6 +71,7 @@ class ParallelData:
 
         copy = object.__new__(ParallelData)
         copy.data_dir, copy.split, copy.tokens, copy.offsets = self.data_dir, self.split, {}, {}
+        copy.pad_id, copy.bos_id, copy.eos_id = self.pad_id, self.bos_id, self.eos_id
         copy._texts = self._texts  # the same sentences
         spm.set_random_generator_seed(seed)
         for side in SIDES:

@@ -2,17 +2,21 @@
 vocabulary and a compact memory-mapped binary format.
 
 A prepared data directory holds
-  sentencepiece.model                   the joint vocabulary
+  sentencepiece.model                   the joint vocabulary (or, prepared with a model's
+                                        vocabulary, its files: Marian's source.spm, target.spm,
+                                        vocab.json)
   {split}.{src,tgt}.tokens.npy          all token ids of a split side, concatenated (uint16/int32)
   {split}.{src,tgt}.offsets.npy         int64, sentence i is tokens[offsets[i]:offsets[i+1]]
   {split}.{src,tgt}.txt                 the cleaned text (references for validation BLEU)
-  meta.json                             languages, counts, sha256 of inputs and vocabulary
+  meta.json                             languages, counts, sha256 of inputs and vocabulary,
+                                        the special ids (pad, bos, eos)
   report.json                           what was dropped from training data, by reason
 Arrays are .npy read with allow_pickle=False and mmap_mode="r": nothing is unpickled.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections import Counter
@@ -24,7 +28,17 @@ import numpy as np
 from ..config import DataConfig, config_to_dict
 from ..storage.files import sha256_file
 from .text import DataError, read_parallel
-from .vocab import Vocabulary, train_vocabulary
+from .vocab import (
+    BOS_ID,
+    EOS_ID,
+    PAD_ID,
+    MarianVocabulary,
+    Vocabulary,
+    copy_vocabulary,
+    load_model_vocabulary,
+    train_vocabulary,
+    vocabulary_files,
+)
 
 log = logging.getLogger(__name__)
 
@@ -67,10 +81,13 @@ def write_side(out_dir: Path, split: str, side: str, ids: list[list[int]], vocab
 
 
 def prepare(*, train: SplitFiles, others: list[SplitFiles], out_dir: Path, cfg: DataConfig,
-            src_lang: str = "src", tgt_lang: str = "tgt") -> dict:
+            src_lang: str = "src", tgt_lang: str = "tgt",
+            vocabulary: tuple[Path, dict[str, int]] | None = None) -> dict:
     """Read, clean, learn the vocabulary on the training pairs, encode and write `out_dir`.
     Only training pairs are dropped (empty, too long, length ratio); other splits are kept
-    whole so that scores stay comparable. Returns the report."""
+    whole so that scores stay comparable. `vocabulary`: (a model directory, its special ids
+    {"pad", "bos", "eos"}) whose vocabulary is used instead of learning one (to fine-tune that
+    model). Returns the report."""
     splits = [train, *others]
     texts = {}
     skipped_utf8 = {}
@@ -80,16 +97,23 @@ def prepare(*, train: SplitFiles, others: list[SplitFiles], out_dir: Path, cfg: 
         skipped_utf8[split.name] = skipped
     out_dir.mkdir(parents=True, exist_ok=True)
     train_src, train_tgt = texts[train.name]
-    log.info("training a %d-piece %s vocabulary on %d pairs", cfg.vocab_size,
-             cfg.vocab_model_type, len(train_src))
-    nonempty = [t for t in train_src + train_tgt if t.strip()]
-    vocab = train_vocabulary(nonempty, vocab_size=cfg.vocab_size, out_path=out_dir / VOCAB_FILE,
-                             model_type=cfg.vocab_model_type,
-                             character_coverage=cfg.character_coverage)
+    specials = {"pad": PAD_ID, "bos": BOS_ID, "eos": EOS_ID}
+    if vocabulary is not None:
+        model_dir, specials = vocabulary
+        vocab = load_model_vocabulary(model_dir)
+        copy_vocabulary(model_dir, out_dir)
+        log.info("encoding with the vocabulary of %s (%d pieces)", model_dir, len(vocab))
+    else:
+        log.info("training a %d-piece %s vocabulary on %d pairs", cfg.vocab_size,
+                 cfg.vocab_model_type, len(train_src))
+        nonempty = [t for t in train_src + train_tgt if t.strip()]
+        vocab = train_vocabulary(nonempty, vocab_size=cfg.vocab_size,
+                                 out_path=out_dir / VOCAB_FILE, model_type=cfg.vocab_model_type,
+                                 character_coverage=cfg.character_coverage)
     report: dict = {"splits": {}}
     for split in splits:
         src, tgt = texts[split.name]
-        src_ids, tgt_ids = vocab.sp.encode(src), vocab.sp.encode(tgt)
+        src_ids, tgt_ids = encode_pairs(vocab, src, tgt)
         drops: Counter = Counter()
         if split.name == train.name:
             keep = []
@@ -113,7 +137,9 @@ def prepare(*, train: SplitFiles, others: list[SplitFiles], out_dir: Path, cfg: 
         }
     meta = {
         "src_lang": src_lang, "tgt_lang": tgt_lang, "vocab_size": len(vocab),
-        "vocab_sha256": sha256_file(out_dir / VOCAB_FILE), "data": config_to_dict(cfg),
+        "vocab_sha256": vocabulary_sha256(out_dir), "special_ids": specials,
+        "vocabulary_from": str(vocabulary[0]) if vocabulary else None,
+        "data": config_to_dict(cfg),
         "inputs": {s.name: {"src": str(s.src), "src_sha256": sha256_file(s.src),
                             "tgt": str(s.tgt), "tgt_sha256": sha256_file(s.tgt)}
                    for s in splits},
@@ -125,8 +151,26 @@ def prepare(*, train: SplitFiles, others: list[SplitFiles], out_dir: Path, cfg: 
 
 
 
-def load_vocab(data_dir: Path) -> Vocabulary:
-    return Vocabulary.load(Path(data_dir) / VOCAB_FILE)
+def encode_pairs(vocab: Vocabulary | MarianVocabulary, src: list[str], tgt: list[str]
+                 ) -> tuple[list[list[int]], list[list[int]]]:
+    """Source and target ids (target by the target side's model, where there are two)."""
+    if isinstance(vocab, Vocabulary):
+        return vocab.sp.encode(src), vocab.sp.encode(tgt)
+    return [vocab.encode(s) for s in src], [vocab.encode_target(t) for t in tgt]
+
+
+def vocabulary_sha256(directory: Path) -> str:
+    """sha256 of a directory's vocabulary: of sentencepiece.model, or of Marian's three
+    files' digests."""
+    names = vocabulary_files(directory)
+    if len(names) == 1:
+        return sha256_file(Path(directory) / names[0])
+    digests = "".join(sha256_file(Path(directory) / n) for n in names)
+    return hashlib.sha256(digests.encode()).hexdigest()
+
+
+def load_vocab(data_dir: Path) -> Vocabulary | MarianVocabulary:
+    return load_model_vocabulary(data_dir)
 
 
 def load_meta(data_dir: Path) -> dict:

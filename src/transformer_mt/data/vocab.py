@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -47,6 +48,10 @@ class Vocabulary:
 
     def decode(self, ids: Iterable[int]) -> str:
         return self.sp.decode(list(ids))
+
+    def encode_target(self, text: str) -> list[int]:
+        """Ids of a target-side sentence (a training reference): one vocabulary for both."""
+        return self.sp.encode(text)
 
 
 def train_vocabulary(texts: Iterable[str], *, vocab_size: int, out_path: str | Path,
@@ -118,6 +123,12 @@ class MarianVocabulary:
         pieces = code + self.source.encode(text, out_type=str)
         return [self.piece_ids.get(piece, self.unk_id) for piece in pieces]
 
+    def encode_target(self, text: str) -> list[int]:
+        """Model ids of a target-side sentence (a training reference), by target.spm, as
+        MarianTokenizer's text_target; without EOS."""
+        pieces = self.target.encode(text, out_type=str)
+        return [self.piece_ids.get(piece, self.unk_id) for piece in pieces]
+
     def decode(self, ids: Iterable[int]) -> str:
         """Text of target-side ids; special pieces (EOS, <unk>, <pad>, language codes)
         dropped."""
@@ -143,10 +154,24 @@ def _load_processor(path: Path) -> spm.SentencePieceProcessor:
     return processor
 
 
+SENTENCEPIECE_FILE = "sentencepiece.model"
+
+
+def vocabulary_files(directory: str | Path) -> tuple[str, ...]:
+    """The names of a model or data directory's vocabulary files: Marian's three where
+    vocab.json is there, else our SentencePiece model."""
+    return MARIAN_FILES if (Path(directory) / MARIAN_FILES[2]).exists() else (SENTENCEPIECE_FILE,)
+
+
+def copy_vocabulary(src_dir: Path, dst_dir: Path) -> None:
+    for name in vocabulary_files(src_dir):
+        shutil.copyfile(Path(src_dir) / name, Path(dst_dir) / name)
+
+
 def load_model_vocabulary(model_dir: str | Path) -> Vocabulary | MarianVocabulary:
     """A model directory's vocabulary: Marian's three files where vocab.json is there, else
     the SentencePiece model."""
     model_dir = Path(model_dir)
     if (model_dir / MARIAN_FILES[2]).exists():
         return MarianVocabulary.load(model_dir)
-    return Vocabulary.load(model_dir / "sentencepiece.model")
+    return Vocabulary.load(model_dir / SENTENCEPIECE_FILE)

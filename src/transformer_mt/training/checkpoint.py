@@ -25,11 +25,11 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from ..data.vocab import copy_vocabulary, vocabulary_files
 from ..model.transformer import Transformer
 from ..storage.files import fsync_path, sha256_file
 from ..storage.model_dir import (
     CONFIG_FILE,
-    VOCAB_FILE,
     WEIGHTS_FILE,
     ModelLoadError,
     assign_weights,
@@ -71,7 +71,8 @@ def manifest_problem(path: Path) -> str | None:
     for line in lines:
         digest, _, name = line.partition("  ")
         listed[name] = digest
-    for required in (WEIGHTS_FILE, OPTIMIZER_FILE, CONFIG_FILE, VOCAB_FILE, STATE_FILE):
+    for required in (WEIGHTS_FILE, OPTIMIZER_FILE, CONFIG_FILE, *vocabulary_files(path),
+                     STATE_FILE):
         if required not in listed:
             return f"{MANIFEST_FILE} does not list {required}"
     for name, digest in listed.items():
@@ -145,7 +146,7 @@ def load_optimizer_tensors(model: Transformer, optimizer: torch.optim.Adam,
 
 
 def save_checkpoint(*, run_dir: Path, model: Transformer, optimizer: torch.optim.Adam,
-                    state: dict, config: dict, vocab_path: Path, keep_last: int,
+                    state: dict, config: dict, vocab_dir: Path, keep_last: int,
                     extra_tensors: dict[str, torch.Tensor] | None = None) -> Path:
     """Write checkpoint `state["step"]` with the protocol above, then prune to keep_last.
     `extra_tensors` go into optimizer.safetensors too (the other ranks' random states).
@@ -165,7 +166,7 @@ def save_checkpoint(*, run_dir: Path, model: Transformer, optimizer: torch.optim
                   str(tmp / OPTIMIZER_FILE))
         state = state | {"rng": rng_json}
         (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-        shutil.copyfile(vocab_path, tmp / VOCAB_FILE)
+        copy_vocabulary(vocab_dir, tmp)
         (tmp / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
         names = sorted(p.name for p in tmp.iterdir())
         manifest = "".join(f"{sha256_file(tmp / n)}  {n}\n" for n in names)
@@ -242,7 +243,7 @@ def average_checkpoints(paths: list[Path], out_dir: Path) -> Path:
     config = json.loads((paths[-1] / CONFIG_FILE).read_text(encoding="utf-8"))
     config["averaged_from"] = [p.name for p in paths]
     (out_dir / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-    shutil.copyfile(paths[-1] / VOCAB_FILE, out_dir / VOCAB_FILE)
+    copy_vocabulary(paths[-1], out_dir)
     return out_dir
 
 

@@ -20,15 +20,17 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from ..config import Config, TrainConfig, config_to_dict
+from ..config import Config, ConfigError, TrainConfig, config_to_dict
 from ..data.batching import token_batches
 from ..data.dataset import ParallelData
-from ..data.prepare import VOCAB_FILE, load_meta, load_vocab
+from ..data.prepare import load_meta, load_vocab
 from ..data.vocab import Vocabulary
 from ..hardware.cpu_speed import cpu_model, probed_gflops, warn_if_bf16_is_slow
 from ..model.transformer import Transformer
+from ..storage.model_dir import WEIGHTS_FILE, assign_weights, read_weights
 from .checkpoint import clean_temporaries, latest_checkpoint, save_checkpoint
 from .distributed import World, all_sum, gather_rng, init_world, shutdown
+from .fine_tune import check_init_data
 from .metrics import MetricsLog, plot_curves, resident_mib
 from .precision import auto_bf16, precision
 from .progress import Progress
@@ -44,18 +46,21 @@ class TrainingDiverged(RuntimeError):
     """train.max_nonfinite steps in a row had a non-finite loss or gradient."""
 
 
-def train(cfg: Config, *, data_dir: Path, run_dir: Path, ignore_mismatch: bool = False) -> dict:
+def train(cfg: Config, *, data_dir: Path, run_dir: Path, ignore_mismatch: bool = False,
+          init_from: Path | None = None) -> dict:
     """Train on a prepared data directory into run_dir; resume exactly if run_dir has
     checkpoints (refusing, unless ignore_mismatch, if config, vocabulary or data differ from the
-    checkpoint's). Under torchrun, one process per device (distributed.py). Returns the final
-    state."""
+    checkpoint's). `init_from`: a model directory whose weights a new run starts from (cfg.model
+    must be its config: `init_model_config`; the data prepared with its vocabulary). Under
+    torchrun, one process per device (distributed.py). Returns the final state."""
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
     world, device = init_world(cfg.train.device)
     clean = False
     try:
         run = Run.start(cfg, data_dir=Path(data_dir), run_dir=Path(run_dir),
-                        ignore_mismatch=ignore_mismatch, world=world, device=device)
+                        ignore_mismatch=ignore_mismatch, world=world, device=device,
+                        init_from=init_from)
         state = run_loop(run)
         clean = True
         return state
@@ -270,12 +275,20 @@ class Run:
 
     @classmethod
     def start(cls, cfg: Config, *, data_dir: Path, run_dir: Path, ignore_mismatch: bool,
-              world: World, device: torch.device) -> Run:
+              world: World, device: torch.device, init_from: Path | None = None) -> Run:
         vocab, meta = load_vocab(data_dir), load_meta(data_dir)
-        cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model,
-                                                                 vocab_size=len(vocab)))
+        if init_from is not None:
+            check_init_data(cfg.model, init_from, data_dir, meta)
+        else:
+            cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model,
+                                                                     vocab_size=len(vocab)))
+        if cfg.train.bpe_dropout and not isinstance(vocab, Vocabulary):
+            raise ConfigError(f"train.bpe_dropout: {data_dir}'s vocabulary is not one "
+                              "SentencePiece model (BPE-dropout resegments with it)")
         config = config_to_dict(cfg) | {"data_dir": str(data_dir),
                                         "languages": [meta["src_lang"], meta["tgt_lang"]]}
+        if init_from is not None:
+            config["init_from"] = str(init_from)
         if world.is_main:
             run_dir.mkdir(parents=True, exist_ok=True)
             (run_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n",
@@ -302,6 +315,10 @@ class Run:
         if latest is not None:
             state = resume(latest, model, optimizer, scaler, state,
                            ignore_mismatch=ignore_mismatch, world=world)
+        elif init_from is not None:  # a new run from the model's weights
+            weights = init_from / WEIGHTS_FILE
+            assign_weights(model, read_weights(weights), weights)
+            log.info("starting from the weights of %s", init_from)
         net = model if world.size == 1 else DistributedDataParallel(
             model, device_ids=[device.index] if device.type == "cuda" else None)
         if tcfg.compile:
@@ -395,7 +412,7 @@ class Run:
         if self.world.is_main:
             path = save_checkpoint(run_dir=self.run_dir, model=self.model,
                                    optimizer=self.optimizer, state=state, config=self.config,
-                                   vocab_path=self.data_dir / VOCAB_FILE,
+                                   vocab_dir=self.data_dir,
                                    keep_last=self.tcfg.keep_last, extra_tensors=other_ranks_rng)
             log.info("saved %s", path)
         return path

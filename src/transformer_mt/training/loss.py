@@ -12,9 +12,11 @@ from ..model.transformer import matmul_dtype
 
 
 def label_smoothed_nll(x_ND: Tensor, weight_VD: Tensor, target_N: Tensor, *, eps: float,
-                       pad_id: int, rdrop: float = 0.0) -> tuple[Tensor, Tensor, int]:
-    """Label-smoothed cross-entropy (§5.4, Szegedy et al.) of the logits x W^T of the
-    pre-softmax linear: the target distribution puts 1 - eps on the reference token and eps
+                       pad_id: int, rdrop: float = 0.0, bias_V: Tensor | None = None
+                       ) -> tuple[Tensor, Tensor, int]:
+    """Label-smoothed cross-entropy (§5.4, Szegedy et al.) of the logits x W^T (+ b, the
+    output bias of models that have one, e.g. Marian's) of the pre-softmax linear: the target
+    distribution puts 1 - eps on the reference token and eps
     spread uniformly over the vocabulary. Returns (smoothed loss summed over non-pad targets,
     their NLL sum, their count).
 
@@ -22,7 +24,8 @@ def label_smoothed_nll(x_ND: Tensor, weight_VD: Tensor, target_N: Tensor, *, eps
     passes of one batch under independent dropout, the second pass's N/2 rows after the
     first's, and the loss adds alpha/2 (KL(P1 || P2) + KL(P2 || P1)) for each pair of rows."""
     keep_N = target_N.ne(pad_id)
-    loss, nll = ProjectedLabelSmoothedNLL.apply(x_ND, weight_VD, target_N, keep_N, eps, rdrop)
+    loss, nll = ProjectedLabelSmoothedNLL.apply(x_ND, weight_VD, target_N, keep_N, eps, rdrop,
+                                                bias_V)
     return loss, nll, int(keep_N.sum())
 
 
@@ -45,10 +48,12 @@ class ProjectedLabelSmoothedNLL(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x_ND: Tensor, weight_VD: Tensor, target_N: Tensor, keep_N: Tensor,
-                eps: float, rdrop: float):
+                eps: float, rdrop: float, bias_V: Tensor | None):
         device, dtype = x_ND.device.type, matmul_dtype(x_ND)
         want_x, want_w = ctx.needs_input_grad[:2]
+        want_b = bias_V is not None and ctx.needs_input_grad[6]
         x, w = x_ND.to(dtype), weight_VD.to(dtype)
+        b = bias_V.float() if bias_V is not None else None
         V = w.size(0)
         passes = 2 if rdrop else 1
         M = len(x) // passes  # the rows of one pass
@@ -56,11 +61,15 @@ class ProjectedLabelSmoothedNLL(torch.autograd.Function):
         loss_N = torch.empty_like(nll_N)
         grad_x = torch.empty_like(x_ND) if want_x else None
         grad_w = torch.zeros_like(weight_VD, dtype=torch.float32) if want_w else None
+        grad_b = torch.zeros_like(bias_V, dtype=torch.float32) if want_b else None
         with torch.autocast(device, enabled=False):  # the dtypes are chosen above
             for block in row_blocks(M, passes * V, dtype, device):
                 rows = [slice(block.start + k * M, block.stop + k * M) for k in range(passes)]
                 # float() first: log_softmax(dtype=float32) of bf16 logits took 1.5x as long
-                logps_RV = [torch.log_softmax((x[r] @ w.t()).float(), dim=-1) for r in rows]
+                logits_RV = [(x[r] @ w.t()).float() for r in rows]
+                if b is not None:
+                    logits_RV = [logit_RV.add_(b) for logit_RV in logits_RV]
+                logps_RV = [torch.log_softmax(logit_RV, dim=-1) for logit_RV in logits_RV]
                 for r, logp_RV in zip(rows, logps_RV, strict=True):
                     nll_R = -logp_RV.gather(1, target_N[r, None]).squeeze(1)
                     nll_N[r], loss_N[r] = nll_R, (1.0 - eps) * nll_R - eps * logp_RV.mean(-1)
@@ -70,7 +79,7 @@ class ProjectedLabelSmoothedNLL(torch.autograd.Function):
                     kl_pq_R1 = (p_RV * diff_RV).sum(-1, keepdim=True)
                     kl_qp_R1 = -(q_RV * diff_RV).sum(-1, keepdim=True)
                     loss_N[rows[0]] += rdrop / 2 * (kl_pq_R1 + kl_qp_R1).squeeze(1)
-                if not (want_x or want_w):
+                if not (want_x or want_w or want_b):
                     continue
                 if rdrop:  # its share of the gradient, before the softmaxes are reused below
                     kl_grads_RV = [rdrop / 2 * (p_RV * (diff_RV - kl_pq_R1) + p_RV - q_RV),
@@ -82,14 +91,17 @@ class ProjectedLabelSmoothedNLL(torch.autograd.Function):
                     g_RV.scatter_add_(1, target_R1, g_RV.new_full(target_R1.shape, eps - 1.0))
                     if rdrop:
                         g_RV += kl_grads_RV[k]
-                    g_RV = g_RV.mul_(keep_N[r, None]).to(dtype)  # padding: no gradient
+                    g_RV = g_RV.mul_(keep_N[r, None])  # padding: no gradient
+                    if want_b:
+                        grad_b += g_RV.sum(0)
+                    g_RV = g_RV.to(dtype)
                     if want_x:
                         grad_x[r] = g_RV @ w
                     if want_w and dtype == torch.float32:
                         grad_w.addmm_(g_RV.t(), x[r])
                     elif want_w:
                         grad_w += g_RV.t() @ x[r]
-        ctx.grads = grad_x, grad_w
+        ctx.grads = grad_x, grad_w, grad_b
         zero = loss_N.new_zeros(())  # where(), not indexing: no sync, no data-dependent shape
         nll = torch.where(keep_N, nll_N, zero).sum()
         ctx.mark_non_differentiable(nll)
@@ -97,13 +109,15 @@ class ProjectedLabelSmoothedNLL(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_loss: Tensor, _grad_nll: Tensor):
-        grad_x, grad_w = ctx.grads
+        grad_x, grad_w, grad_b = ctx.grads
         ctx.grads = None
         if grad_x is not None:
             grad_x = grad_x.mul_(grad_loss.to(grad_x.dtype))
         if grad_w is not None:
             grad_w = grad_w.mul_(grad_loss)
-        return grad_x, grad_w, None, None, None, None
+        if grad_b is not None:
+            grad_b = grad_b.mul_(grad_loss)
+        return grad_x, grad_w, None, None, None, None, grad_b
 
 
 def row_blocks(n: int, width: int, dtype: torch.dtype, device: str) -> list[slice]:

@@ -48,9 +48,10 @@ def forward_backward(model: nn.Module, batches: list[tuple[Tensor, Tensor, Tenso
             contextlib.nullcontext()
         with sync:
             states = model(src, tgt_in, project=False)
-            weight = getattr(model, "module", model).generator.weight  # DDP wraps the model
-            loss, nll, _ = label_smoothed_nll(states.flatten(0, 1), weight, tgt_out.flatten(),
-                                              eps=eps, pad_id=pad_id, rdrop=rdrop)
+            generator = getattr(model, "module", model).generator  # DDP wraps the model
+            loss, nll, _ = label_smoothed_nll(states.flatten(0, 1), generator.weight,
+                                              tgt_out.flatten(), eps=eps, pad_id=pad_id,
+                                              rdrop=rdrop, bias_V=generator.bias)
             scaled = loss * (scale / passes)
             (scaler.scale(scaled) if scaler is not None else scaled).backward()
         loss_total, nll_total = loss_total + loss.item() / passes, nll_total + nll.item() / passes

@@ -31,7 +31,8 @@ def validate(model: Transformer, data: ParallelData, *, max_tokens: int, eps: fl
         src, tgt_in, tgt_out = (t.to(device) for t in data.collate(batch))
         states = model(src, tgt_in, project=False)
         loss, nll, n = label_smoothed_nll(states.flatten(0, 1), model.generator.weight,
-                                          tgt_out.flatten(), eps=eps, pad_id=model.cfg.pad_id)
+                                          tgt_out.flatten(), eps=eps, pad_id=model.cfg.pad_id,
+                                          bias_V=model.generator.bias)
         loss_sum, nll_sum, n_tokens = loss_sum + float(loss), nll_sum + float(nll), n_tokens + n
     model.train(was_training)
     return {"loss": loss_sum / n_tokens, "nll": nll_sum / n_tokens,
