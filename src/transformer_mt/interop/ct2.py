@@ -7,13 +7,14 @@ them, the start token, the vocabulary, and weight quantisation (int8, bfloat16, 
 through. Beside CTranslate2's files it keeps our config (`transformer_mt.json`) and vocabulary,
 so `CTranslate2Translator` decodes with our settings: the same tokenisation, the same length
 cap per sentence with EOS as its last token, padding never generated, and the hypotheses
-scored by CTranslate2 (score_batch) and ranked by our length normalisation (GNMT's or
-|Y|^alpha).
+ranked by our length normalisation (GNMT's or |Y|^alpha) of the log-probabilities CTranslate2
+returns.
 
 Where the two differ: CTranslate2 renormalises the next-token distribution around tokens it
 may not produce (padding always, EOS under min_length), we (as fairseq and Hugging Face) do
-not; so a beam can rank differently when padding is likely (never, in a trained model) or
-under min_length (greedy is unaffected). Sampling draws from CTranslate2's random generator.
+not. So its log-probabilities are higher by what padding had (in a trained model about 1e-4
+a token; a few 1e-3 a sentence), and a beam can rank differently in a near tie or under
+min_length (greedy is unaffected). Sampling draws from CTranslate2's random generator.
 """
 
 from __future__ import annotations
@@ -231,41 +232,46 @@ class CTranslate2Translator(Translator):
         """One batch. CTranslate2's length cap is one per batch, ours one per sentence (with
         EOS forced as the last token): the batch runs to the largest cap, and a sentence whose
         search had not ended strictly before its own cap is searched again with cap - 1 free
-        tokens (greedy: its first cap - 1 tokens), EOS then added as ours forces it. Every
-        hypothesis is scored again by CTranslate2 (score_batch): the log-probabilities our
-        search adds, as CTranslate2's search renormalises around the banned padding."""
+        tokens (greedy: its first cap - 1 tokens), EOS then added as ours forces it and scored
+        (score_batch)."""
         caps = max_output_lengths(self._padded(sources), self.model.cfg.pad_id, cfg).tolist()
         tokens = [[self.pieces[t] for t in ids] for ids in sources]
         eos = self.pieces[self.model.cfg.eos_id]
-        hyps = self._run(tokens, max(caps), cfg)
+        outs = self._run(tokens, max(caps), cfg)
         again: dict[int, list[int]] = {}  # cap -> sentences to search again
-        for i, (nbest, cap) in enumerate(zip(hyps, caps, strict=True)):
-            if not all(h and h[-1] == eos and len(h) < cap for h in nbest):
+        for i, (out, cap) in enumerate(zip(outs, caps, strict=True)):
+            if not all(h and h[-1] == eos and len(h) < cap for h, _ in out):
                 again.setdefault(cap, []).append(i)
         for cap, members in again.items():
             if cap == 1:
-                capped = [[[]] for _ in members]
+                capped = [[([], 0.0)] for _ in members]
             elif cfg.strategy == "beam":
                 capped = self._run([tokens[i] for i in members], cap - 1, cfg)
             else:  # one hypothesis, chosen token by token: its first cap - 1 tokens are ours
-                capped = [[hyps[i][0][: cap - 1]] for i in members]
-            for i, nbest in zip(members, capped, strict=True):
-                hyps[i] = nbest
-        flat = [(i, h[:-1] if h and h[-1] == eos else h) for i, nbest in enumerate(hyps)
-                for h in nbest]
-        scored = iter(self.engine.score_batch([tokens[i] for i, _ in flat],
-                                              [h for _, h in flat], max_batch_size=256))
-        return [self._ranked([(h, sum(next(scored).log_probs)) for h in nbest], cfg)
-                for nbest in ([h[:-1] if h and h[-1] == eos else h for h in nbest]
-                              for nbest in hyps)]
+                capped = [[(outs[i][0][0][: cap - 1], 0.0)] for i in members]
+            ended = [[(h[:-1], lp) for h, lp in out if h and h[-1] == eos] for out in capped]
+            unfinished = [(k, h) for k, out in enumerate(capped) for h, _ in out
+                          if not h or h[-1] != eos]
+            scored = self.engine.score_batch([tokens[members[k]] for k, _ in unfinished],
+                                             [h for _, h in unfinished])  # EOS appended
+            for (k, h), result in zip(unfinished, scored, strict=True):
+                ended[k].append((h, sum(result.log_probs)))
+            for i, nbest in zip(members, ended, strict=True):
+                outs[i] = [(h + [eos], lp) for h, lp in nbest]
+        return [self._ranked([(h[:-1], lp) for h, lp in out], cfg) for out in outs]
 
-    def _run(self, tokens: list[list[str]], cap: int, cfg: DecodeConfig) -> list[list[list[str]]]:
-        """The hypotheses of each sentence, at most `cap` tokens, EOS kept where they ended."""
+    def _run(self, tokens: list[list[str]], cap: int, cfg: DecodeConfig
+             ) -> list[list[tuple[list[str], float]]]:
+        """(hypothesis, log P) of each sentence, at most `cap` tokens, EOS kept where they
+        ended. log P is the search's: renormalised around the banned padding."""
         outs = self.engine.translate_batch(
             tokens, max_batch_size=len(tokens), max_decoding_length=cap,
             min_decoding_length=max(cfg.min_length - 1, 0), max_input_length=0,
-            return_end_token=True, suppress_sequences=self._banned, **self._options(cfg))
-        return [out.hypotheses for out in outs]
+            return_end_token=True, return_scores=True, suppress_sequences=self._banned,
+            **self._options(cfg))
+        # length_penalty 1 (_options): the scores are log P / |Y|, EOS counted where returned
+        return [[(h, score * max(len(h), 1)) for h, score in zip(o.hypotheses, o.scores,
+                                                                 strict=True)] for o in outs]
 
     def _options(self, cfg: DecodeConfig) -> dict[str, Any]:
         if cfg.strategy == "sample":
@@ -274,8 +280,9 @@ class CTranslate2Translator(Translator):
                     "sampling_topk": cfg.top_k, "sampling_topp": cfg.top_p,
                     "sampling_temperature": cfg.temperature}
         beam = cfg.beam_size if cfg.strategy == "beam" else 1
-        # all beam_size finished hypotheses, which we rank; length_penalty not 0, as 0 would
-        # change when the beam stops (CTranslate2 then ends at the first finished top beam)
+        # all beam_size finished hypotheses, which we rank; length_penalty 1: scores log P / |Y|
+        # (0 would change when the beam stops: CTranslate2 then ends at the first finished
+        # top beam)
         return {"beam_size": beam, "num_hypotheses": beam, "length_penalty": 1.0}
 
     def _ranked(self, hyps: list[tuple[list[str], float]], cfg: DecodeConfig
