@@ -15,11 +15,11 @@ tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def imported_top_level_modules(package: Path, *, skip: str | None = None) -> set[str]:
-    """Third-party modules imported below `package` (not below its subpackage `skip`)."""
+def imported_top_level_modules(package: Path, *, skip: tuple[str, ...] = ()) -> set[str]:
+    """Third-party modules imported below `package` (not below its subpackages `skip`)."""
     names = set()
     for path in package.rglob("*.py"):
-        if skip and path.relative_to(package).parts[0] == skip:
+        if path.relative_to(package).parts[0] in skip:
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Import):
@@ -46,11 +46,12 @@ def undeclared(modules: set[str], names: set[str]) -> set[str]:
 
 
 def test_every_imported_package_is_a_declared_dependency():
-    """The core imports its dependencies only; serving/ also the `serve` extra's."""
+    """The core imports its dependencies only; serving/ also the `serve` extra's, interop/
+    (lazily, where a conversion needs it) the `interop` extra's."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     core = declared(project["dependencies"])
     package = ROOT / "src" / "transformer_mt"
-    modules = imported_top_level_modules(package, skip="serving")
+    modules = imported_top_level_modules(package, skip=("serving", "interop"))
     assert {"torch", "sacrebleu", "sacremoses", "tqdm", "matplotlib", "tensorboard"} <= modules
     missing = undeclared(modules, core)
     assert not missing, f"imported but not in pyproject.toml's dependencies: {sorted(missing)}"
@@ -58,3 +59,7 @@ def test_every_imported_package_is_a_declared_dependency():
     assert {"fastapi", "uvicorn", "prometheus_client"} <= serving
     missing = undeclared(serving, core | declared(project["optional-dependencies"]["serve"]))
     assert not missing, f"serving/ imports what the serve extra lacks: {sorted(missing)}"
+    interop = imported_top_level_modules(package / "interop")
+    assert "ctranslate2" in interop
+    missing = undeclared(interop, core | declared(project["optional-dependencies"]["interop"]))
+    assert not missing, f"interop/ imports what the interop extra lacks: {sorted(missing)}"
