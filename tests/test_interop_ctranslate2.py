@@ -1,9 +1,9 @@
 """CTranslate2 out, and as an engine: an export's log-probabilities equal ours (post-norm and
 pre-norm, every position layout and learned positions, biases, activations, tyings); through
 `CTranslate2Translator`, greedy and beam outputs (GNMT and |Y|^alpha, n-best, the
-per-sentence length cap, min_length with greedy) are token-identical to ours with scores
-equal to 5e-3 (CTranslate2 renormalises around the banned padding; we do not); int8 stays close; the CLI's `export ctranslate2` and `translate/serve --engine
-ctranslate2` give our outputs."""
+per-sentence length cap, min_length with greedy) are token-identical to ours, scores within
+5e-3 (CTranslate2 renormalises around the banned padding; we do not); int8 stays close; the
+CLI's `export ctranslate2` and `translate/serve --engine ctranslate2` give our outputs."""
 
 import dataclasses
 import json

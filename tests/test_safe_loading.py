@@ -207,7 +207,7 @@ def test_foreign_weights_use_the_restricted_unpickler_only(tmp_path, model_dir):
 
 
 def test_no_pickle_in_the_package_source():
-    """The only deserialiser of pickles is read_foreign_weights' torch.load(weights_only=True)."""
+    """The only deserialiser of pickles is load_torch_file's torch.load(weights_only=True)."""
     offending = []
     for path in sorted((REPO / "src" / "transformer_mt").rglob("*.py")):
         for number, line in enumerate(path.read_text().splitlines(), 1):

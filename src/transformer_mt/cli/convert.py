@@ -20,7 +20,7 @@ IMPORT_HELP = (
     "serve and evaluate take, decoding as that toolkit does. marian: a Hugging Face Marian "
     "(OPUS-MT) directory with config.json, model.safetensors or pytorch_model.bin, source.spm, "
     "target.spm and vocab.json. fairseq: a transformer checkpoint .pt (read with "
-    "torch.load(weights_only=True), only argparse.Namespace allowed) with its dict.*.txt and "
+    "torch's weights_only unpickler, only argparse.Namespace allowed) with its dict.*.txt and "
     "SentencePiece *.model beside it. docs/interop.md says what each format can carry.")
 EXPORT_HELP = (
     "Write a transformer-mt model directory in another toolkit's format, computing the same "

@@ -4,7 +4,7 @@ A checkpoint (`checkpoint_best.pt`, ...) holds the model's settings (`args`, an
 argparse.Namespace, or `cfg["model"]`) and its state dict; its dictionary (`dict.SRC.txt`,
 `dict.TGT.txt`: `piece count` lines after the specials <s> 0, <pad> 1, </s> 2, <unk> 3) and the
 SentencePiece model it was made with lie beside it. The checkpoint is read with
-`torch.load(weights_only=True)` with argparse.Namespace the one class allowed
+torch's weights_only unpickler with argparse.Namespace the one class allowed
 (`storage.model_dir.load_torch_file`): a checkpoint holding any other global is refused,
 naming it, and nothing in it runs.
 

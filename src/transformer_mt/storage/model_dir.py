@@ -3,8 +3,8 @@ decoding config) and `sentencepiece.model` (the vocabulary) beside them.
 
 Nothing is pickled and loading never executes code: weights are read only with safetensors, the
 config only with json. A wrong or damaged file raises `ModelLoadError` naming the file and the
-reason, before large allocations. The one audited exception is `read_foreign_weights`, for other
-toolkits' PyTorch `.bin`/`.pt` files: `torch.load(weights_only=True)` and no fallback.
+reason, before large allocations. The one audited exception is `load_torch_file`, for other
+toolkits' PyTorch `.bin`/`.pt` files: `torch.load(weights_only=True)`, no fallback.
 """
 
 from __future__ import annotations
