@@ -33,7 +33,7 @@ def log_probs_agree(ours: Translator, ct2: CTranslate2Translator, pairs) -> floa
     for source, target in pairs:
         src = ours.encode_source(source, 0)
         tgt = ours.vocab.encode(target) + [ours.model.cfg.eos_id]
-        theirs = ct2.engine.score_batch([[ct2.pieces[t] for t in src]],
+        theirs = ct2.engine.score_batch([[ct2.source_pieces[t] for t in src]],
                                         [[ct2.pieces[t] for t in tgt[:-1]]])[0].log_probs
         with torch.no_grad():
             prev = torch.tensor([[ours.model.cfg.bos_id, *tgt[:-1]]])

@@ -171,7 +171,8 @@ def test_the_import_command_and_what_it_refuses(spm_files, tmp_path, capsys):
              config["vocab_size"] + 1}, "vocab.json: .* pieces, but config.json has vocab_size")
     refused({"normalize_before": True, "decoder_ffn_dim": 64},
             "decoder_ffn_dim.*normalize_before|encoder_ffn_dim.*normalize_before")
-    refused({"decoder_vocab_size": 7}, "separate source and target")
+    refused({"decoder_vocab_size": 7}, "decoder_vocab_size=7 differs from vocab_size=.* without "
+            "separate_vocabs")
     refused({"d_model": 48}, "model.safetensors: .*tensor")
     assert main(["import", "marian", str(tmp_path / "nowhere"), "--out",
                  str(tmp_path / "x")]) == 2
@@ -297,3 +298,91 @@ def test_the_export_command_and_what_marian_cannot_carry(our_vocab, tmp_path, ca
         assert main(["export", "marian", str(bad_dir), "--out", str(tmp_path / "no")]) == 2
         assert re.search(match, capsys.readouterr().err)
         assert not (tmp_path / "no").exists(), "nothing written"
+
+
+# --- separate source and target vocabularies ---------------------------------------------------
+
+@pytest.fixture(scope="module")
+def separate_dir(spm_files, tmp_path_factory):
+    """A tiny random MarianMTModel with separate vocabularies: vocab.json of the source
+    pieces, target_vocab.json of the target pieces (</s> 0, <unk> 1, <pad> 2 in both),
+    untied source and target embeddings, as OPUS-MT's separate-vocabulary models are."""
+    root, _ = spm_files
+    out = tmp_path_factory.mktemp("separate")
+    maps = []
+    for name in ("source.spm", "target.spm"):
+        sp = spm.SentencePieceProcessor(model_file=str(root / name))
+        pieces = ["</s>", "<unk>", "<pad>"] + [
+            sp.id_to_piece(i) for i in range(sp.get_piece_size())
+            if not sp.is_control(i) and not sp.is_unknown(i)]
+        maps.append({p: i for i, p in enumerate(dict.fromkeys(pieces))})
+        shutil.copyfile(root / name, out / name)
+    (out / "vocab.json").write_text(json.dumps(maps[0]), encoding="utf-8")
+    (out / "target_vocab.json").write_text(json.dumps(maps[1]), encoding="utf-8")
+    (out / "tokenizer_config.json").write_text(json.dumps({"separate_vocabs": True}))
+    torch.manual_seed(7)
+    cfg = MarianConfig(
+        vocab_size=len(maps[0]), decoder_vocab_size=len(maps[1]), d_model=32, encoder_layers=2,
+        decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+        encoder_ffn_dim=48, decoder_ffn_dim=48, max_position_embeddings=64, pad_token_id=2,
+        eos_token_id=0, decoder_start_token_id=2, forced_eos_token_id=None,
+        share_encoder_decoder_embeddings=False, tie_word_embeddings=True, dropout=0.0,
+        attention_dropout=0.0, activation_dropout=0.0, num_beams=3, max_length=40,
+        bad_words_ids=[[2]])
+    assert cfg.vocab_size != cfg.decoder_vocab_size
+    model = MarianMTModel(cfg).eval()
+    with torch.no_grad():
+        model.final_logits_bias.normal_(0, 1)
+        model.final_logits_bias[0, 0] += 4.0
+    model.save_pretrained(out)
+    return out, model
+
+
+def test_separate_vocabularies_import_with_parity(separate_dir, tmp_path):
+    hf_dir, hf = separate_dir
+    translator = Translator.from_dir(import_marian(hf_dir, tmp_path / "ours"))
+    cfg = translator.model.cfg
+    assert (cfg.vocab_size, cfg.tgt_vocab_size) == (hf.config.vocab_size,
+                                                     hf.config.decoder_vocab_size)
+    tokenizer = MarianTokenizer.from_pretrained(hf_dir)
+    src, mask = hf_batch(tokenizer, SOURCES[:6])
+    tgt = torch.randint(3, cfg.tgt_vocab_size, (6, 7))
+    tgt[:, 0] = 2
+    with torch.no_grad():
+        torch.testing.assert_close(translator.model(src, tgt), hf(
+            input_ids=src, attention_mask=mask, decoder_input_ids=tgt).logits, atol=1e-5,
+            rtol=1e-5)
+        out = hf.generate(input_ids=src, attention_mask=mask, num_beams=3, length_penalty=1.0,
+                          early_stopping=True, max_length=40)
+    theirs = [row.tolist()[1:] for row in out]
+    theirs = [row[: row.index(0) + 1] for row in theirs]
+    decode = dataclasses.replace(translator.decode_cfg, beam_size=3, length_penalty=1.0)
+    mine = [h[0].tokens + [0] for h in generate(translator.model, src, decode)]
+    assert mine == theirs
+    texts = [r[0].text for r in translator.translate_ids(
+        [translator.encode_source(s, i) for i, s in enumerate(SOURCES[:6])], decode)]
+    assert texts == tokenizer.batch_decode(out, skip_special_tokens=True)
+    for target in TARGETS[:10]:  # the target side's ids, by target.spm and target_vocab.json
+        assert translator.vocab.encode_target(target) + [0] == \
+            tokenizer(text_target=target)["input_ids"]
+
+
+def test_separate_vocabularies_export_back_and_to_ctranslate2(separate_dir, tmp_path):
+    hf_dir, hf = separate_dir
+    ours_dir = import_marian(hf_dir, tmp_path / "ours")
+    again = export_marian(ours_dir, tmp_path / "again")
+    assert (again / "target_vocab.json").read_bytes() == (hf_dir / "target_vocab.json").read_bytes()
+    exported = MarianMTModel.from_pretrained(again).state_dict()
+    original = hf.state_dict()
+    assert all(torch.equal(original[k], exported[k]) for k in exported.keys() & original.keys()
+               if "embed_positions" not in k)
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    del ctranslate2
+    from transformer_mt.interop.ct2 import CTranslate2Translator, export_ctranslate2
+
+    ours = Translator.from_dir(ours_dir)
+    ct2 = CTranslate2Translator.from_dirs([export_ctranslate2(ours_dir, tmp_path / "ct2")])
+    cfg = dataclasses.replace(ours.decode_cfg, beam_size=3, length_penalty=1.0)
+    sources = [ours.encode_source(s, i) for i, s in enumerate(SOURCES[:10])]
+    assert [n[0].text for n in ct2.translate_ids(sources, cfg)] == \
+        [n[0].text for n in ours.translate_ids(sources, cfg)]

@@ -42,7 +42,7 @@ def timed(fn) -> tuple[float, list[str]]:
 
 def native(ct2: CTranslate2Translator, sources: list[list[int]], cfg) -> list[str]:
     """CTranslate2 on its own: one call, its own length rule and ranking."""
-    tokens = [[ct2.pieces[t] for t in ids] for ids in sources]
+    tokens = [[ct2.source_pieces[t] for t in ids] for ids in sources]
     outs = ct2.engine.translate_batch(tokens, beam_size=cfg.beam_size, max_batch_size=64,
                                       length_penalty=cfg.length_penalty, max_input_length=0)
     return [ct2.vocab.decode([ct2.ids[t] for t in o.hypotheses[0]]) for o in outs]

@@ -60,6 +60,9 @@ class ModelConfig:
 
     # one shared source/target vocabulary (§5.1); set from the data by `train`, an option of `info`
     vocab_size: int = option(37_000, "shared source/target vocabulary size (§5.1)")
+    # not in the paper: the target side's own vocabulary size (Marian's separate vocabularies);
+    # 0: the shared one. vocab_size is then the source side's.
+    target_vocab_size: int = 0
     d_model: int = 512
     n_heads: int = 8  # h
     d_k: int | None = None  # per-head query/key size; None: d_model / h (§3.2.2)
@@ -120,10 +123,24 @@ class ModelConfig:
         if self.position_offset < 0 or self.position_offset and self.positional == "learned":
             raise ValueError(f"model.position_offset={self.position_offset}: a start (>= 0) "
                              "of the sinusoids; learned positions have none")
+        if self.target_vocab_size < 0:
+            raise ValueError(f"model.target_vocab_size must be >= 0, got {self.target_vocab_size}")
+        if self.separate_vocabularies and self.weight_tying in ("three_way", "embeddings"):
+            raise ValueError(f"model.weight_tying={self.weight_tying} ties the source and target "
+                             "embeddings, which separate vocabularies (target_vocab_size) cannot")
         for name in ("pad_id", "bos_id", "eos_id"):
-            if not 0 <= getattr(self, name) < self.vocab_size:
+            if not 0 <= getattr(self, name) < min(self.vocab_size, self.tgt_vocab_size):
                 raise ValueError(f"model.{name}={getattr(self, name)} is outside the vocabulary")
         _check_choice(self, "activation", "positional", "sinusoid_layout", "weight_tying")
+
+    @property
+    def tgt_vocab_size(self) -> int:
+        """The target side's vocabulary size: the decoder's embeddings and the output layer."""
+        return self.target_vocab_size or self.vocab_size
+
+    @property
+    def separate_vocabularies(self) -> bool:
+        return self.tgt_vocab_size != self.vocab_size
 
     @property
     def head_dim_k(self) -> int:

@@ -128,7 +128,7 @@ def prepare(*, train: SplitFiles, others: list[SplitFiles], out_dir: Path, cfg: 
         if skipped_utf8[split.name]:
             drops["invalid_utf8"] = skipped_utf8[split.name]
         for side, ids, lines in (("src", src_ids, src), ("tgt", tgt_ids, tgt)):
-            write_side(out_dir, split.name, side, ids, len(vocab))
+            write_side(out_dir, split.name, side, ids, max(len(vocab), vocab.target_size))
             (out_dir / f"{split.name}.{side}.txt").write_text(
                 "".join(line + "\n" for line in lines), encoding="utf-8")
         report["splits"][split.name] = {

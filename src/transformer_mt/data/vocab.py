@@ -42,6 +42,10 @@ class Vocabulary:
     def __len__(self) -> int:
         return self.sp.get_piece_size()
 
+    @property
+    def target_size(self) -> int:
+        return len(self)  # one vocabulary for both sides
+
     def encode(self, text: str) -> list[int]:
         """Subword ids of `text`, without BOS/EOS."""
         return self.sp.encode(text)
@@ -71,25 +75,36 @@ def train_vocabulary(texts: Iterable[str], *, vocab_size: int, out_path: str | P
 
 
 MARIAN_FILES = ("source.spm", "target.spm", "vocab.json")
+TARGET_VOCAB_FILE = "target_vocab.json"  # Marian's separate target vocabulary, where there is one
 
 
 class MarianVocabulary:
     """Marian's (OPUS-MT's) vocabulary, as Hugging Face's MarianTokenizer reads it: a
     SentencePiece model for each side whose pieces map to the model's ids through vocab.json
     (a piece missing from it is <unk>); a leading `>>xx<<` target-language token is one
-    piece; EOS is "</s>", padding "<pad>". Decoding drops the special pieces."""
+    piece; EOS is "</s>", padding "<pad>". Decoding drops the special pieces. With separate
+    vocabularies (target_vocab.json, MarianTokenizer's separate_vocabs) the target side's pieces
+    have ids of their own; the special pieces have the same ids on both sides."""
 
     SPECIALS = ("</s>", "<unk>", "<pad>")
 
     def __init__(self, source: spm.SentencePieceProcessor, target: spm.SentencePieceProcessor,
-                 piece_ids: dict[str, int], path: Path | None = None):
+                 piece_ids: dict[str, int], path: Path | None = None,
+                 target_piece_ids: dict[str, int] | None = None):
         self.source, self.target, self.piece_ids, self.path = source, target, piece_ids, path
-        self.pieces = {i: piece for piece, i in piece_ids.items()}
-        missing = [p for p in self.SPECIALS if p not in piece_ids]
-        if missing:
-            raise VocabularyError(f"{path or 'vocab.json'}: no {', '.join(missing)} piece")
+        self.separate = target_piece_ids is not None  # its own target_vocab.json
+        self.target_piece_ids = target_piece_ids or piece_ids
+        self.pieces = {i: piece for piece, i in self.target_piece_ids.items()}  # target side
+        for ids, name in ((piece_ids, "vocab.json"), (self.target_piece_ids, TARGET_VOCAB_FILE)):
+            missing = [p for p in self.SPECIALS if p not in ids]
+            if missing:
+                raise VocabularyError(f"{path.parent / name if path else name}: no "
+                                      f"{', '.join(missing)} piece")
         self.eos_id, self.unk_id, self.pad_id = (piece_ids[p] for p in self.SPECIALS)
-        self.special_ids = {i for piece, i in piece_ids.items()
+        if any(self.target_piece_ids[p] != piece_ids[p] for p in self.SPECIALS):
+            raise VocabularyError(f"{TARGET_VOCAB_FILE}: the ids of {', '.join(self.SPECIALS)} "
+                                  "differ from vocab.json's")
+        self.special_ids = {i for piece, i in self.target_piece_ids.items()
                             if piece in self.SPECIALS or _is_language_code(piece)}
 
     @classmethod
@@ -97,23 +112,18 @@ class MarianVocabulary:
         """From a directory holding source.spm, target.spm and vocab.json."""
         model_dir = Path(model_dir)
         source, target = (_load_processor(model_dir / name) for name in MARIAN_FILES[:2])
-        path = model_dir / MARIAN_FILES[2]
-        try:
-            piece_ids = json.loads(path.read_text(encoding="utf-8"))
-        except OSError as err:
-            raise VocabularyError(f"{path}: cannot read vocabulary: {err.strerror}") from None
-        except ValueError as err:
-            raise VocabularyError(f"{path}: not JSON ({err})") from None
-        if not isinstance(piece_ids, dict) or not all(
-                isinstance(k, str) and isinstance(v, int) for k, v in piece_ids.items()):
-            raise VocabularyError(f"{path}: expected a JSON object of piece -> id")
-        ids = sorted(piece_ids.values())
-        if ids != list(range(len(ids))):
-            raise VocabularyError(f"{path}: ids are not 0 .. {len(ids) - 1}, each once")
-        return cls(source, target, piece_ids, path)
+        path, target_path = model_dir / MARIAN_FILES[2], model_dir / TARGET_VOCAB_FILE
+        target_ids = _read_piece_ids(target_path) if target_path.exists() else None
+        return cls(source, target, _read_piece_ids(path), path, target_ids)
 
     def __len__(self) -> int:
+        """The source side's size (the encoder's embeddings)."""
         return len(self.piece_ids)
+
+    @property
+    def target_size(self) -> int:
+        """The target side's size (the decoder's embeddings and the output layer)."""
+        return len(self.target_piece_ids)
 
     def encode(self, text: str) -> list[int]:
         """Model ids of `text` (source side), without EOS."""
@@ -127,13 +137,30 @@ class MarianVocabulary:
         """Model ids of a target-side sentence (a training reference), by target.spm, as
         MarianTokenizer's text_target; without EOS."""
         pieces = self.target.encode(text, out_type=str)
-        return [self.piece_ids.get(piece, self.unk_id) for piece in pieces]
+        return [self.target_piece_ids.get(piece, self.unk_id) for piece in pieces]
 
     def decode(self, ids: Iterable[int]) -> str:
         """Text of target-side ids; special pieces (EOS, <unk>, <pad>, language codes)
         dropped."""
         pieces = [self.pieces[i] for i in ids if i not in self.special_ids and i in self.pieces]
         return self.target.decode_pieces(pieces).replace("\u2581", " ").strip()
+
+
+def _read_piece_ids(path: Path) -> dict[str, int]:
+    """A vocab.json: piece -> id, the ids 0 .. n-1 each once."""
+    try:
+        piece_ids = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise VocabularyError(f"{path}: cannot read vocabulary: {err.strerror}") from None
+    except ValueError as err:
+        raise VocabularyError(f"{path}: not JSON ({err})") from None
+    if not isinstance(piece_ids, dict) or not all(
+            isinstance(k, str) and isinstance(v, int) for k, v in piece_ids.items()):
+        raise VocabularyError(f"{path}: expected a JSON object of piece -> id")
+    ids = sorted(piece_ids.values())
+    if ids != list(range(len(ids))):
+        raise VocabularyError(f"{path}: ids are not 0 .. {len(ids) - 1}, each once")
+    return piece_ids
 
 
 def _is_language_code(piece: str) -> bool:
@@ -158,9 +185,13 @@ SENTENCEPIECE_FILE = "sentencepiece.model"
 
 
 def vocabulary_files(directory: str | Path) -> tuple[str, ...]:
-    """The names of a model or data directory's vocabulary files: Marian's three where
-    vocab.json is there, else our SentencePiece model."""
-    return MARIAN_FILES if (Path(directory) / MARIAN_FILES[2]).exists() else (SENTENCEPIECE_FILE,)
+    """The names of a model or data directory's vocabulary files: Marian's three (four with a
+    separate target vocabulary) where vocab.json is there, else our SentencePiece model."""
+    directory = Path(directory)
+    if not (directory / MARIAN_FILES[2]).exists():
+        return (SENTENCEPIECE_FILE,)
+    return MARIAN_FILES + ((TARGET_VOCAB_FILE,) if (directory / TARGET_VOCAB_FILE).exists()
+                           else ())
 
 
 def copy_vocabulary(src_dir: Path, dst_dir: Path) -> None:

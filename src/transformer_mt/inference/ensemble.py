@@ -53,7 +53,7 @@ class Ensemble(nn.Module):
             raise ValueError("an ensemble needs at least one model")
         first = members[0].cfg
         for i, member in enumerate(members[1:], start=2):
-            for field in ("vocab_size", "pad_id", "bos_id", "eos_id"):
+            for field in ("vocab_size", "tgt_vocab_size", "pad_id", "bos_id", "eos_id"):
                 if getattr(member.cfg, field) != getattr(first, field):
                     raise ValueError(f"ensemble member {i} has {field} "
                                      f"{getattr(member.cfg, field)}, member 1 has "

@@ -16,7 +16,13 @@ from typing import Any
 import torch
 
 from ..config import DecodeConfig
-from ..data.vocab import MARIAN_FILES, MarianVocabulary, Vocabulary, load_model_vocabulary
+from ..data.vocab import (
+    MARIAN_FILES,
+    TARGET_VOCAB_FILE,
+    MarianVocabulary,
+    Vocabulary,
+    load_model_vocabulary,
+)
 from ..hardware.cpu_speed import warn_if_bf16_is_slow
 from ..model.attention import attention_kernels
 from ..model.transformer import Transformer
@@ -40,10 +46,11 @@ class Translator:
 
     def __init__(self, model: DecodingModel, vocab: Vocabulary | MarianVocabulary,
                  decode: DecodeConfig | None = None):
-        if len(vocab) != model.cfg.vocab_size:
+        if (len(vocab), vocab.target_size) != (model.cfg.vocab_size, model.cfg.tgt_vocab_size):
             raise ValueError(
-                f"vocabulary {vocab.path or ''} has {len(vocab)} pieces, the model expects "
-                f"{model.cfg.vocab_size}"
+                f"vocabulary {vocab.path or ''} has {len(vocab)} / {vocab.target_size} source / "
+                f"target pieces, the model expects {model.cfg.vocab_size} / "
+                f"{model.cfg.tgt_vocab_size}"
             )
         self.vocab = vocab
         self.decode_cfg = decode or DecodeConfig()
@@ -74,7 +81,7 @@ class Translator:
         model alone); decoding settings from the first, then the overrides."""
         dirs = [Path(d) for d in model_dirs]
         for other in dirs[1:]:
-            for name in (VOCAB_FILE, *MARIAN_FILES):
+            for name in (VOCAB_FILE, *MARIAN_FILES, TARGET_VOCAB_FILE):
                 mine, theirs = dirs[0] / name, other / name
                 if mine.exists() != theirs.exists() or \
                         mine.exists() and mine.read_bytes() != theirs.read_bytes():

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,11 +28,11 @@ from typing import Any
 import torch
 
 from ..config import ConfigError, DecodeConfig, ModelConfig, config_from_dict, config_to_dict
-from ..data.vocab import MARIAN_FILES, MarianVocabulary, Vocabulary, load_model_vocabulary
+from ..data.vocab import MarianVocabulary, Vocabulary, copy_vocabulary, load_model_vocabulary
 from ..inference.search import length_norm, max_output_lengths
 from ..inference.translator import Translation, Translator
 from ..model.transformer import Transformer
-from ..storage.model_dir import CONFIG_FILE, VOCAB_FILE, ModelLoadError, load_model
+from ..storage.model_dir import CONFIG_FILE, ModelLoadError, load_model
 from . import ConversionError
 
 OURS_FILE = "transformer_mt.json"  # our model and decoding config beside CTranslate2's files
@@ -51,11 +50,13 @@ def _ctranslate2():
     return ctranslate2
 
 
-def _pieces(vocab: Vocabulary | MarianVocabulary) -> list[str]:
-    """The vocabulary's pieces in id order (CTranslate2 addresses tokens by piece)."""
-    if isinstance(vocab, MarianVocabulary):
-        return [vocab.pieces[i] for i in range(len(vocab))]
-    return [vocab.sp.id_to_piece(i) for i in range(len(vocab))]
+def _pieces(vocab: Vocabulary | MarianVocabulary, side: str) -> list[str]:
+    """One side's pieces in id order (CTranslate2 addresses tokens by piece)."""
+    if isinstance(vocab, Vocabulary):
+        return [vocab.sp.id_to_piece(i) for i in range(len(vocab))]
+    ids = vocab.piece_ids if side == "source" else vocab.target_piece_ids
+    pieces = {i: piece for piece, i in ids.items()}
+    return [pieces[i] for i in range(len(ids))]
 
 
 def _linear(spec, *layers: torch.nn.Linear) -> None:
@@ -120,8 +121,8 @@ def transformer_spec(model: Transformer, vocab: Vocabulary | MarianVocabulary):
     _stack(spec.encoder, model.encoder, model.src_embed, decoder=False)
     _stack(spec.decoder, model.decoder, model.tgt_embed, decoder=True)
     _linear(spec.decoder.projection, model.generator)
-    pieces = _pieces(vocab)
-    spec.register_source_vocabulary(pieces)
+    spec.register_source_vocabulary(_pieces(vocab, "source"))
+    pieces = _pieces(vocab, "target")
     spec.register_target_vocabulary(pieces)
     spec.config.layer_norm_epsilon = cfg.layer_norm_eps
     spec.config.decoder_start_token = spec.config.bos_token = pieces[cfg.bos_id]
@@ -150,9 +151,7 @@ def export_ctranslate2(model_dir: str | Path, out_dir: str | Path, *,
     spec.optimize(quantization=None if quantization == "float32" else quantization)
     out_dir.mkdir(parents=True, exist_ok=True)
     spec.save(str(out_dir))
-    for name in (*MARIAN_FILES, VOCAB_FILE):
-        if (model_dir / name).exists():
-            shutil.copyfile(model_dir / name, out_dir / name)
+    copy_vocabulary(model_dir, out_dir)
     ours = {"model": config_to_dict(model.cfg), "decode": config_to_dict(decode),
             "quantization": quantization,
             "languages": json.loads((model_dir / CONFIG_FILE).read_text()).get("languages")}
@@ -175,9 +174,10 @@ class CTranslate2Translator(Translator):
                  vocab: Vocabulary | MarianVocabulary, decode: DecodeConfig, *,
                  device: str = "cpu"):
         ctranslate2 = _ctranslate2()
-        if len(vocab) != model_cfg.vocab_size:
-            raise ValueError(f"{ct2_dir}: vocabulary of {len(vocab)} pieces, the model "
-                             f"expects {model_cfg.vocab_size}")
+        if (len(vocab), vocab.target_size) != (model_cfg.vocab_size, model_cfg.tgt_vocab_size):
+            raise ValueError(f"{ct2_dir}: vocabulary of {len(vocab)} / {vocab.target_size} "
+                             f"pieces, the model expects {model_cfg.vocab_size} / "
+                             f"{model_cfg.tgt_vocab_size}")
         if decode.beam_stop != "n_finished":
             raise ConfigError("decode.beam_stop=bound: CTranslate2's beam stops once beam_size "
                               "hypotheses have finished (n_finished)")
@@ -185,7 +185,8 @@ class CTranslate2Translator(Translator):
         with torch.device("meta"):  # the config and the parameter count, no weights
             self.model = Transformer(model_cfg).eval()
         self.device = torch.device(device)
-        self.pieces = _pieces(vocab)
+        self.source_pieces = _pieces(vocab, "source")
+        self.pieces = _pieces(vocab, "target")  # what the search writes
         self.ids = {piece: i for i, piece in enumerate(self.pieces)}
         pad, eos = model_cfg.pad_id, model_cfg.eos_id
         self._banned = [[self.pieces[pad]]] if pad != eos else None  # as our search
@@ -235,7 +236,7 @@ class CTranslate2Translator(Translator):
         tokens (greedy: its first cap - 1 tokens), EOS then added as ours forces it and scored
         (score_batch)."""
         caps = max_output_lengths(self._padded(sources), self.model.cfg.pad_id, cfg).tolist()
-        tokens = [[self.pieces[t] for t in ids] for ids in sources]
+        tokens = [[self.source_pieces[t] for t in ids] for ids in sources]
         eos = self.pieces[self.model.cfg.eos_id]
         outs = self._run(tokens, max(caps), cfg)
         again: dict[int, list[int]] = {}  # cap -> sentences to search again

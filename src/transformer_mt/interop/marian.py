@@ -36,7 +36,14 @@ from ..config import (
     config_from_dict,
     config_to_dict,
 )
-from ..data.vocab import MARIAN_FILES, MarianVocabulary, Vocabulary, load_model_vocabulary
+from ..data.vocab import (
+    MARIAN_FILES,
+    TARGET_VOCAB_FILE,
+    MarianVocabulary,
+    Vocabulary,
+    copy_vocabulary,
+    load_model_vocabulary,
+)
 from ..model.transformer import Transformer, sinusoidal_positions
 from ..storage.files import atomic_write
 from ..storage.model_dir import (
@@ -82,10 +89,11 @@ def marian_model_config(hf: dict[str, Any], path: Path) -> ModelConfig:
     if hf.get("activation_function") not in ACTIVATIONS:
         problems.append(f"activation_function={hf.get('activation_function')!r} (supported: "
                         f"{', '.join(ACTIVATIONS)})")
-    if hf.get("decoder_vocab_size") not in (None, hf.get("vocab_size")) or \
-            hf.get("separate_vocabs"):
-        problems.append("separate source and target vocabularies (decoder_vocab_size != "
-                        "vocab_size or separate_vocabs): one shared vocabulary is supported")
+    separate = hf.get("decoder_vocab_size") not in (None, hf.get("vocab_size"))
+    if separate and not hf.get("separate_vocabs"):
+        problems.append(f"decoder_vocab_size={hf.get('decoder_vocab_size')} differs from "
+                        f"vocab_size={hf.get('vocab_size')} without separate_vocabs "
+                        "(tokenizer_config.json) and its target_vocab.json")
     for key, supported in (("normalize_before", False), ("normalize_embedding", False),
                            ("add_final_layer_norm", False), ("static_position_embeddings", True)):
         if key in hf and hf[key] != supported:
@@ -95,6 +103,7 @@ def marian_model_config(hf: dict[str, Any], path: Path) -> ModelConfig:
     pad = hf["pad_token_id"]
     return ModelConfig(
         vocab_size=hf["vocab_size"], d_model=hf["d_model"], n_heads=hf["encoder_attention_heads"],
+        target_vocab_size=(hf.get("decoder_vocab_size") or 0) if separate else 0,
         d_ff=hf["encoder_ffn_dim"], n_encoder_layers=hf["encoder_layers"],
         n_decoder_layers=hf["decoder_layers"], dropout=hf.get("dropout", 0.1),
         attention_dropout=hf.get("attention_dropout", 0.0),
@@ -104,6 +113,7 @@ def marian_model_config(hf: dict[str, Any], path: Path) -> ModelConfig:
         max_positions=hf.get("max_position_embeddings", 512),
         scale_embeddings=hf.get("scale_embedding", True),
         output_bias=True,  # weight_tying: import_marian reads it from the weights
+        weight_tying="decoder" if separate else "three_way",
         pad_id=pad, bos_id=hf.get("decoder_start_token_id", pad), eos_id=hf["eos_token_id"])
 
 
@@ -153,7 +163,7 @@ def marian_state(cfg: ModelConfig, theirs: dict[str, torch.Tensor],
         state["tgt_embed.tokens.weight"] = target
     if cfg.weight_tying in ("embeddings", "none"):
         state["generator.weight"] = output
-    bias = theirs.get("final_logits_bias", torch.zeros(1, cfg.vocab_size))
+    bias = theirs.get("final_logits_bias", torch.zeros(1, cfg.tgt_vocab_size))
     state["generator.bias"] = bias.reshape(-1)
     table = sinusoidal_positions(cfg.max_positions, cfg.d_model, "split")
     for stack in ("encoder", "decoder"):
@@ -174,8 +184,8 @@ def _restored(cfg: ModelConfig, state: dict[str, torch.Tensor], section: dict[st
     except ConfigError as err:
         raise ConversionError(f"{path}: {err}") from None
     disagree = [f"{name}: {getattr(ours, name)} vs {getattr(cfg, name)}"
-                for name in ("vocab_size", "d_model", "n_heads", "d_ff", "n_encoder_layers",
-                             "n_decoder_layers", "activation", "max_positions",
+                for name in ("vocab_size", "target_vocab_size", "d_model", "n_heads", "d_ff",
+                             "n_encoder_layers", "n_decoder_layers", "activation", "max_positions",
                              "scale_embeddings", "weight_tying", "pad_id", "bos_id", "eos_id")
                 if getattr(ours, name) != getattr(cfg, name)]
     if disagree:
@@ -213,6 +223,9 @@ def import_marian(src_dir: str | Path, out_dir: str | Path) -> Path:
     if len(vocab) != cfg.vocab_size:
         raise ConversionError(f"{src_dir / 'vocab.json'}: {len(vocab)} pieces, but config.json "
                               f"has vocab_size {cfg.vocab_size}")
+    if vocab.target_size != cfg.tgt_vocab_size:
+        raise ConversionError(f"{src_dir / TARGET_VOCAB_FILE}: {vocab.target_size} pieces, but "
+                              f"config.json has decoder_vocab_size {cfg.tgt_vocab_size}")
     if (vocab.pad_id, vocab.eos_id) != (cfg.pad_id, cfg.eos_id):
         raise ConversionError(f"{src_dir / 'vocab.json'}: <pad> {vocab.pad_id} and </s> "
                               f"{vocab.eos_id}, config.json: pad_token_id {cfg.pad_id}, "
@@ -231,8 +244,7 @@ def import_marian(src_dir: str | Path, out_dir: str | Path) -> Path:
     except ModelLoadError as err:
         raise ConversionError(str(err)) from None
     out_dir.mkdir(parents=True, exist_ok=True)
-    for name in MARIAN_FILES:
-        shutil.copyfile(src_dir / name, out_dir / name)
+    copy_vocabulary(src_dir, out_dir)
     return save_model(model, out_dir, decode=decode)
 
 
@@ -269,7 +281,7 @@ def _marian_config(cfg: ModelConfig, decode: DecodeConfig) -> tuple[dict, dict]:
     max_length = min(decode.max_length or cfg.max_positions, cfg.max_positions - 1) + 1
     config = {
         "architectures": ["MarianMTModel"], "model_type": "marian", "is_encoder_decoder": True,
-        "vocab_size": cfg.vocab_size, "decoder_vocab_size": cfg.vocab_size,
+        "vocab_size": cfg.vocab_size, "decoder_vocab_size": cfg.tgt_vocab_size,
         "d_model": cfg.d_model, "encoder_layers": cfg.n_encoder_layers,
         "decoder_layers": cfg.n_decoder_layers, "encoder_attention_heads": cfg.n_heads,
         "decoder_attention_heads": cfg.n_heads, "encoder_ffn_dim": cfg.d_ff,
@@ -307,7 +319,7 @@ def _marian_tensors(cfg: ModelConfig, ours: dict[str, torch.Tensor]) -> dict[str
     if cfg.weight_tying in ("three_way", "embeddings"):
         theirs["model.shared.weight"] = source
     theirs["lm_head.weight"] = ours["generator.weight"]
-    bias = ours.get("generator.bias", source.new_zeros(cfg.vocab_size))
+    bias = ours.get("generator.bias", source.new_zeros(cfg.tgt_vocab_size))
     theirs["final_logits_bias"] = bias.reshape(1, -1)
     return {k: v.detach().float().clone().contiguous() for k, v in theirs.items()}
 
@@ -317,8 +329,7 @@ def _write_marian_vocabulary(vocab: Vocabulary | MarianVocabulary, model_dir: Pa
     """source.spm, target.spm, vocab.json: copied from an imported Marian model; for ours,
     our SentencePiece model on both sides and its pieces in id order."""
     if isinstance(vocab, MarianVocabulary):
-        for name in MARIAN_FILES:
-            shutil.copyfile(model_dir / name, out_dir / name)
+        copy_vocabulary(model_dir, out_dir)
     else:
         for name in MARIAN_FILES[:2]:
             shutil.copyfile(vocab.path, out_dir / name)
@@ -326,7 +337,8 @@ def _write_marian_vocabulary(vocab: Vocabulary | MarianVocabulary, model_dir: Pa
         (out_dir / MARIAN_FILES[2]).write_text(json.dumps(pieces, ensure_ascii=False),
                                                encoding="utf-8")
     (out_dir / "tokenizer_config.json").write_text(json.dumps(
-        {"tokenizer_class": "MarianTokenizer", "separate_vocabs": False,
+        {"tokenizer_class": "MarianTokenizer",
+         "separate_vocabs": isinstance(vocab, MarianVocabulary) and vocab.separate,
          "model_max_length": max_positions}) + "\n", encoding="utf-8")
 
 

@@ -34,7 +34,7 @@ def forward_flops_per_token(cfg: ModelConfig, seq_len: int) -> int:
     `seq_len` tokens each, divided by seq_len: the cost per translated token. Attention scores
     count the full seq_len x seq_len product (as kernels compute it), softmax, norms and biases
     are left out, like torch.utils.flop_counter."""
-    D, F, L, V = cfg.d_model, cfg.d_ff, seq_len, cfg.vocab_size
+    D, F, L, V = cfg.d_model, cfg.d_ff, seq_len, cfg.tgt_vocab_size
     HK, HV = cfg.n_heads * cfg.head_dim_k, cfg.n_heads * cfg.head_dim_v
     q_proj, kv_proj, out_proj = 2 * D * HK, 2 * D * (HK + HV), 2 * HV * D
     scores_and_mix = 2 * L * (HK + HV)  # QK^T and weights @ V, per query

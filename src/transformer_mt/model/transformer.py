@@ -344,7 +344,7 @@ class Transformer(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
-        tgt_tokens = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        tgt_tokens = nn.Embedding(cfg.tgt_vocab_size, cfg.d_model)
         if cfg.weight_tying in ("three_way", "embeddings"):  # §3.4: one matrix for both
             src_tokens = tgt_tokens
         else:
@@ -354,7 +354,7 @@ class Transformer(nn.Module):
         self.encoder = Encoder(cfg)
         self.decoder = Decoder(cfg)
         # the pre-softmax linear
-        self.generator = nn.Linear(cfg.d_model, cfg.vocab_size, bias=cfg.output_bias)
+        self.generator = nn.Linear(cfg.d_model, cfg.tgt_vocab_size, bias=cfg.output_bias)
         self.init_weights()
         if cfg.weight_tying in ("three_way", "decoder"):
             self.generator.weight = tgt_tokens.weight
