@@ -40,7 +40,8 @@ def fairseq_args(**overrides) -> argparse.Namespace:
     return argparse.Namespace(**{**args, **overrides})
 
 
-def fairseq_state(args: argparse.Namespace, vocab: int, seed: int) -> dict[str, torch.Tensor]:
+def fairseq_state(args: argparse.Namespace, vocab: int, seed: int,
+                  target_vocab: int | None = None) -> dict[str, torch.Tensor]:
     """A random state dict with fairseq's names and shapes."""
     g = torch.Generator().manual_seed(seed)
 
@@ -72,9 +73,11 @@ def fairseq_state(args: argparse.Namespace, vocab: int, seed: int) -> dict[str, 
         state[f"{stack}.version"] = torch.tensor([3.0])
     shared = rand(vocab, D)
     state["encoder.embed_tokens.weight"] = shared
-    state["decoder.embed_tokens.weight"] = shared if args.share_all_embeddings else rand(vocab, D)
+    target_vocab = target_vocab or vocab
+    state["decoder.embed_tokens.weight"] = shared if args.share_all_embeddings else \
+        rand(target_vocab, D)
     state["decoder.output_projection.weight"] = state["decoder.embed_tokens.weight"] \
-        if args.share_decoder_input_output_embed else rand(vocab, D)
+        if args.share_decoder_input_output_embed else rand(target_vocab, D)
     return state
 
 
@@ -178,17 +181,19 @@ def spm_and_dict(corpus_vocab, tmp_path_factory):
     return corpus_vocab.path, (root / "dict.txt").read_text(encoding="utf-8"), len(pieces) + 4
 
 
-def write_checkpoint(tmp_path, spm_and_dict, *, seed=0, payload=None, **overrides):
-    """checkpoint_best.pt as fairseq saves it, with dict.en.txt, dict.de.txt and
-    sentencepiece.bpe.model beside it; returns (path, args, state)."""
+def write_checkpoint(tmp_path, spm_and_dict, *, seed=0, payload=None, target_dictionary=None,
+                     **overrides):
+    """checkpoint_best.pt as fairseq saves it, with dict.en.txt, dict.de.txt (the same, or
+    `target_dictionary`) and sentencepiece.bpe.model beside it; returns (path, args, state)."""
     spm_path, dictionary, n = spm_and_dict
     args = fairseq_args(**overrides)
-    vocab = n + (-n % 8)  # fairseq pads its dictionary to a multiple of 8
-    state = fairseq_state(args, vocab, seed)
+    m = n if target_dictionary is None else len(target_dictionary.splitlines()) + 4
+    # fairseq pads its dictionaries to a multiple of 8
+    state = fairseq_state(args, n + (-n % 8), seed, target_vocab=m + (-m % 8))
     folder = tmp_path / f"fairseq-{seed}"
     folder.mkdir()
-    for lang in ("en", "de"):
-        (folder / f"dict.{lang}.txt").write_text(dictionary, encoding="utf-8")
+    for lang, text in (("en", dictionary), ("de", target_dictionary or dictionary)):
+        (folder / f"dict.{lang}.txt").write_text(text, encoding="utf-8")
     (folder / "sentencepiece.bpe.model").write_bytes(spm_path.read_bytes())
     checkpoint = {"args": args, "model": state, "optimizer_history": [
         {"criterion_name": "LabelSmoothedCrossEntropyCriterion", "optimizer_name": "FairseqAdam",
@@ -245,6 +250,36 @@ def test_greedy_decoding_is_fairseqs(spm_and_dict, tmp_path):
     assert translator.translate(texts) == [translator.vocab.decode(t[:-1]) for t in theirs]
 
 
+def test_separate_dictionaries_are_separate_vocabularies(spm_and_dict, tmp_path):
+    _, dictionary, _ = spm_and_dict
+    target = "".join(dictionary.splitlines(keepends=True)[::-1][:-20])  # other ids, fewer
+    path, args, state = write_checkpoint(
+        tmp_path, spm_and_dict, seed=6, target_dictionary=target, source_lang="en",
+        target_lang="de", share_all_embeddings=False)
+    translator = Translator.from_dir(import_fairseq(path, tmp_path / "ours"), strategy="greedy",
+                                     max_length=10)
+    cfg = translator.model.cfg
+    assert cfg.separate_vocabularies and cfg.tgt_vocab_size == \
+        state["decoder.embed_tokens.weight"].shape[0]
+    texts = sentences(6, seed=33)
+    left = padded_sources(translator.vocab, texts, left=True)
+    right = padded_sources(translator.vocab, texts, left=False)
+    prev = torch.randint(4, cfg.tgt_vocab_size, (6, 8))
+    prev[:, 0] = EOS
+    with torch.no_grad():
+        torch.testing.assert_close(translator.model(right, prev),
+                                   reference_logits(state, args, left, prev), atol=1e-5,
+                                   rtol=1e-5)
+        theirs = reference_greedy(state, args, left, 10)
+    mine = [h[0].tokens + [EOS] for h in generate(translator.model, right, translator.decode_cfg)]
+    assert mine == theirs
+    pieces = ["<s>", "<pad>", "</s>", "<unk>"] + [line.rsplit(" ", 1)[0]
+                                                  for line in target.splitlines()]
+    expected = [translator.vocab.target.decode_pieces(
+        [pieces[t] for t in row[:-1] if t > 3]).replace("\u2581", " ").strip() for row in theirs]
+    assert translator.translate(texts) == expected
+
+
 class Exploit:
     """What a hostile checkpoint pickles: unpickling it would run a shell command."""
 
@@ -295,7 +330,8 @@ def test_the_import_command_and_what_it_refuses(spm_and_dict, tmp_path, capsys):
 
     refused(r"no dict\.\*\.txt", remove=("dict.en.txt", "dict.de.txt"))
     refused(r"no \*\.model", remove=("sentencepiece.bpe.model",))
-    refused(r"dict.en.txt differs from .*dict.de.txt: one shared", dictionary="a 1\n")
+    refused(r"dict.de.txt, dict.en.txt differ and the checkpoint names no source_lang",
+            dictionary="a 1\n")
     refused("activation_fn='tanh'.*layernorm_embedding=True",
             edit_args={"layernorm_embedding": True, "activation_fn": "tanh"})
     refused("encoder_ffn_embed_dim=48 differs", edit_args={"decoder_ffn_embed_dim": 64})

@@ -2,8 +2,9 @@
 
 A checkpoint (`checkpoint_best.pt`, ...) holds the model's settings (`args`, an
 argparse.Namespace, or `cfg["model"]`) and its state dict; its dictionary (`dict.SRC.txt`,
-`dict.TGT.txt`: `piece count` lines after the specials <s> 0, <pad> 1, </s> 2, <unk> 3) and the
-SentencePiece model it was made with lie beside it. The checkpoint is read with
+`dict.TGT.txt`: `piece count` lines after the specials <s> 0, <pad> 1, </s> 2, <unk> 3; two
+different ones are separate source and target vocabularies) and the SentencePiece model it was
+made with lie beside it. The checkpoint is read with
 torch's weights_only unpickler with argparse.Namespace the one class allowed
 (`storage.model_dir.load_torch_file`): a checkpoint holding any other global is refused,
 naming it, and nothing in it runs.
@@ -25,7 +26,7 @@ from typing import Any
 import torch
 
 from ..config import DecodeConfig, ModelConfig
-from ..data.vocab import MARIAN_FILES, MarianVocabulary
+from ..data.vocab import MARIAN_FILES, TARGET_VOCAB_FILE, MarianVocabulary
 from ..model.transformer import Transformer
 from ..storage.model_dir import ModelLoadError, assign_weights, load_torch_file, save_model
 from . import ConversionError
@@ -66,9 +67,14 @@ def _settings(checkpoint: dict[str, Any], path: Path) -> dict[str, Any]:
     raise ConversionError(f"{path}: no model settings (neither 'args' nor 'cfg.model')")
 
 
-def fairseq_model_config(args: dict[str, Any], vocab_size: int, path: Path) -> ModelConfig:
-    """Our ModelConfig for fairseq's settings; every one that cannot be mapped is listed."""
+def fairseq_model_config(args: dict[str, Any], vocab_size: int, target_vocab_size: int,
+                         path: Path) -> ModelConfig:
+    """Our ModelConfig for fairseq's settings and dictionary sizes; every setting that cannot
+    be mapped is listed."""
     problems = []
+    if args.get("share_all_embeddings") and vocab_size != target_vocab_size:
+        problems.append(f"share_all_embeddings with dictionaries of {vocab_size} and "
+                        f"{target_vocab_size} pieces")
     for stack in ("attention_heads", "ffn_embed_dim", "embed_dim", "normalize_before",
                   "learned_pos"):
         enc, dec = f"encoder_{stack}", f"decoder_{stack}"
@@ -93,6 +99,7 @@ def fairseq_model_config(args: dict[str, Any], vocab_size: int, path: Path) -> M
         "decoder" if args.get("share_decoder_input_output_embed") else "none"
     return ModelConfig(
         vocab_size=vocab_size, d_model=args["encoder_embed_dim"],
+        target_vocab_size=target_vocab_size if target_vocab_size != vocab_size else 0,
         n_heads=args["encoder_attention_heads"], d_ff=args["encoder_ffn_embed_dim"],
         n_encoder_layers=args["encoder_layers"], n_decoder_layers=args["decoder_layers"],
         dropout=args.get("dropout", 0.1), attention_dropout=args.get("attention_dropout", 0.0),
@@ -148,18 +155,34 @@ def _beside(checkpoint: Path, pattern: str, what: str) -> list[Path]:
     return found
 
 
+def _dictionaries(checkpoint: Path, args: dict[str, Any]) -> tuple[Path, Path]:
+    """The source and target dict.*.txt beside the checkpoint: dict.{source_lang}.txt and
+    dict.{target_lang}.txt where the settings name the languages, else one (or two equal)."""
+    found = _beside(checkpoint, "dict.*.txt", "fairseq's dictionary")
+    langs = [checkpoint.parent / f"dict.{args.get(k)}.txt" for k in ("source_lang", "target_lang")]
+    if all(path.exists() for path in langs):
+        return langs[0], langs[1]
+    if len(found) == 1 or all(read_dictionary(f) == read_dictionary(found[0]) for f in found):
+        return found[0], found[0]
+    raise ConversionError(f"{checkpoint.parent}: {', '.join(f.name for f in found)} differ and "
+                          f"the checkpoint names no source_lang/target_lang to tell them apart")
+
+
+def _padded(pieces: list[str], rows: int, path: Path, tensor: str) -> list[str]:
+    """The dictionary as the embedding has it: fairseq pads it to a multiple of 8."""
+    if not 0 <= rows - len(pieces) < 8:
+        raise ConversionError(f"{path}: {len(pieces)} pieces with the specials, but {tensor} "
+                              f"has {rows} rows")
+    return pieces + [f"madeupword{i:04d}" for i in range(rows - len(pieces))]
+
+
 def import_fairseq(checkpoint: str | Path, out_dir: str | Path) -> Path:
     """Convert the fairseq checkpoint `checkpoint` (dict.*.txt and a SentencePiece *.model
     beside it) into a model directory `out_dir`."""
     checkpoint, out_dir = Path(checkpoint), Path(out_dir)
     if not checkpoint.is_file():
         raise ConversionError(f"{checkpoint}: not a file")
-    dictionaries = _beside(checkpoint, "dict.*.txt", "fairseq's dictionary")
-    pieces = read_dictionary(dictionaries[0])
-    for other in dictionaries[1:]:
-        if read_dictionary(other) != pieces:
-            raise ConversionError(f"{other} differs from {dictionaries[0]}: one shared "
-                                  "dictionary is supported")
+    _beside(checkpoint, "dict.*.txt", "fairseq's dictionary")
     sentencepiece = _beside(checkpoint, "*.model", "the SentencePiece model of the pieces")
     if len(sentencepiece) > 1:
         raise ConversionError(f"{checkpoint.parent}: several *.model files: "
@@ -170,24 +193,29 @@ def import_fairseq(checkpoint: str | Path, out_dir: str | Path) -> Path:
         raise ConversionError(str(err)) from None
     if not isinstance(loaded, dict) or not isinstance(loaded.get("model"), dict):
         raise ConversionError(f"{checkpoint}: not a fairseq checkpoint (no 'model' state dict)")
-    embedding = loaded["model"].get("encoder.embed_tokens.weight")
-    rows = len(pieces) if embedding is None else embedding.shape[0]
-    if 0 <= rows - len(pieces) < 8:  # fairseq pads its dictionary to a multiple of 8
-        pieces += [f"madeupword{i:04d}" for i in range(rows - len(pieces))]
-    else:
-        raise ConversionError(f"{dictionaries[0]}: {len(pieces)} pieces with the specials, but "
-                              f"encoder.embed_tokens.weight has {rows} rows")
-    cfg = fairseq_model_config(_settings(loaded, checkpoint), len(pieces), checkpoint)
+    args, state = _settings(loaded, checkpoint), loaded["model"]
+    sides = []
+    for path, tensor in zip(_dictionaries(checkpoint, args), ("encoder.embed_tokens.weight",
+                                                              "decoder.embed_tokens.weight"),
+                            strict=True):
+        pieces = read_dictionary(path)
+        rows = state[tensor].shape[0] if tensor in state else len(pieces)
+        sides.append(_padded(pieces, rows, path, tensor))
+    source, target = sides
+    cfg = fairseq_model_config(args, len(source), len(target), checkpoint)
     model = Transformer(cfg)
     try:
-        assign_weights(model, fairseq_state(cfg, loaded["model"], checkpoint), checkpoint)
+        assign_weights(model, fairseq_state(cfg, state, checkpoint), checkpoint)
     except ModelLoadError as err:
         raise ConversionError(str(err)) from None
     out_dir.mkdir(parents=True, exist_ok=True)
     for name in MARIAN_FILES[:2]:
         shutil.copyfile(sentencepiece[0], out_dir / name)
-    (out_dir / MARIAN_FILES[2]).write_text(
-        json.dumps({p: i for i, p in enumerate(pieces)}, ensure_ascii=False), encoding="utf-8")
+    maps = [(MARIAN_FILES[2], source)] + ([(TARGET_VOCAB_FILE, target)] if target != source
+                                          else [])
+    for name, pieces in maps:
+        (out_dir / name).write_text(json.dumps({p: i for i, p in enumerate(pieces)},
+                                               ensure_ascii=False), encoding="utf-8")
     MarianVocabulary.load(out_dir)  # the pieces and specials as our tokenisation reads them
     decode = DecodeConfig(beam_size=5, length_normalization="power", length_penalty=1.0,
                           beam_stop="n_finished", max_length=201,
