@@ -152,12 +152,15 @@ def reference_logits(state, args, src, prev):
 
 
 def reference_greedy(state, args, src, max_len):
-    """fairseq's greedy SequenceGenerator: from </s>, padding banned, EOS at max_len."""
+    """fairseq's greedy SequenceGenerator: from </s>, padding banned, EOS not first (its
+    min_len 1), EOS at max_len."""
     prev = torch.full((src.size(0), 1), EOS)
     done = torch.zeros(src.size(0), dtype=torch.bool)
     for step in range(max_len):
         logp = reference_logits(state, args, src, prev)[:, -1].log_softmax(-1)
         logp[:, PAD] = float("-inf")
+        if step == 0:
+            logp[:, EOS] = float("-inf")
         if step == max_len - 1:
             logp[:, :EOS], logp[:, EOS + 1:] = float("-inf"), float("-inf")
         token = torch.where(done, torch.full_like(done, PAD, dtype=torch.long), logp.argmax(-1))
@@ -233,7 +236,7 @@ def test_imported_logits_equal_fairseqs(spm_and_dict, tmp_path, overrides):
     with torch.no_grad():
         torch.testing.assert_close(model(right, prev), reference_logits(state, args, left, prev),
                                    atol=1e-5, rtol=1e-5)
-    assert (decode.beam_size, decode.length_normalization) == (5, "power")
+    assert (decode.beam_size, decode.length_normalization, decode.min_length) == (5, "power", 2)
 
 
 def test_greedy_decoding_is_fairseqs(spm_and_dict, tmp_path):

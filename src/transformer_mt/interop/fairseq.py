@@ -12,7 +12,8 @@ naming it, and nothing in it runs.
 What fairseq does differently becomes config: positions are the tensor2tensor `concat`
 sinusoids starting at padding_idx + 1 (`position_offset`), learned positions drop those first
 rows, LayerNorm eps 1e-5, biased projections, the decoder starts from </s> (bos_id = eos_id),
-and decoding is fairseq's defaults: beam 5, log P / |Y|^1, at most 200 tokens + EOS.
+and decoding is fairseq's defaults: beam 5, log P / |Y|^1, at least one token before EOS, at
+most 200 tokens + EOS.
 """
 
 from __future__ import annotations
@@ -217,7 +218,8 @@ def import_fairseq(checkpoint: str | Path, out_dir: str | Path) -> Path:
         (out_dir / name).write_text(json.dumps({p: i for i, p in enumerate(pieces)},
                                                ensure_ascii=False), encoding="utf-8")
     MarianVocabulary.load(out_dir)  # the pieces and specials as our tokenisation reads them
+    # fairseq's SequenceGenerator: min_len 1 (EOS not first), at most max_len_b 200 + EOS
     decode = DecodeConfig(beam_size=5, length_normalization="power", length_penalty=1.0,
-                          beam_stop="n_finished", max_length=201,
+                          beam_stop="n_finished", min_length=2, max_length=201,
                           max_length_offset=cfg.max_positions)
     return save_model(model, out_dir, decode=decode)
