@@ -270,9 +270,10 @@ class CTranslate2Translator(Translator):
             min_decoding_length=max(cfg.min_length - 1, 0), max_input_length=0,
             return_end_token=True, return_scores=True, suppress_sequences=self._banned,
             **self._options(cfg))
-        # length_penalty 1 (_options): the scores are log P / |Y|, EOS counted where returned
-        return [[(h, score * max(len(h), 1)) for h, score in zip(o.hypotheses, o.scores,
-                                                                 strict=True)] for o in outs]
+        # the scores are log P / |Y|^lp (_options), |Y| counting EOS where it is returned
+        lp = self._options(cfg)["length_penalty"]
+        return [[(h, score * max(len(h), 1) ** lp) for h, score in zip(o.hypotheses, o.scores,
+                                                                      strict=True)] for o in outs]
 
     def _options(self, cfg: DecodeConfig) -> dict[str, Any]:
         if cfg.strategy == "sample":
@@ -281,10 +282,12 @@ class CTranslate2Translator(Translator):
                     "sampling_topk": cfg.top_k, "sampling_topp": cfg.top_p,
                     "sampling_temperature": cfg.temperature}
         beam = cfg.beam_size if cfg.strategy == "beam" else 1
-        # all beam_size finished hypotheses, which we rank; length_penalty 1: scores log P / |Y|
-        # (0 would change when the beam stops: CTranslate2 then ends at the first finished
-        # top beam)
-        return {"beam_size": beam, "num_hypotheses": beam, "length_penalty": 1.0}
+        # all beam_size finished hypotheses, which we rank. Where more finish at the last step
+        # CTranslate2 keeps the best beam_size by log P / |Y|^lp: with our |Y|^alpha, lp = alpha
+        # keeps the hypothesis we rank first; GNMT's penalty has no equal there, alpha is the
+        # nearest. lp 0 would change when the beam stops (at the first finished top beam).
+        lp = cfg.length_penalty or 1.0
+        return {"beam_size": beam, "num_hypotheses": beam, "length_penalty": lp}
 
     def _ranked(self, hyps: list[tuple[list[str], float]], cfg: DecodeConfig
                 ) -> list[Translation]:
