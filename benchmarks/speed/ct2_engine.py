@@ -1,12 +1,13 @@
 """How fast is `translate --engine ctranslate2` beside our own engine, on the same model and
 sentences, and what do CTranslate2's int8 weights change?
 
-One process, interleaved rounds (the machine's speed drifts minute to minute): each round
-times, in turn, our engine (fp32), the CTranslate2 engine on an fp32 export and on an int8
-export (both with our tokenisation, length cap and ranking), and CTranslate2 alone: one
-translate_batch of the same sentences with its own rules (beam, |Y|^alpha, no per-sentence
-cap), which shows what the exactness around it costs. BLEU (sacrebleu) of each, and how many
-outputs equal ours. Usage:
+Interleaved rounds (the machine's speed drifts minute to minute), each engine in a process of
+its own (two OpenMP runtimes in one process slow each other: the one that ran last keeps its
+threads spinning): each round times, in turn, our engine (fp32), the CTranslate2 engine on an
+fp32 export and on an int8 export (both with our tokenisation, length cap and ranking), and
+CTranslate2 alone: one translate_batch of the same sentences with its own rules (beam,
+|Y|^alpha, no per-sentence cap), which shows what the exactness around it costs. BLEU
+(sacrebleu) of each, and how many outputs equal ours. Usage:
 
     python benchmarks/speed/ct2_engine.py --model MODEL_DIR \
         --sentences ../shared/data/multi30k/test_2016_flickr.en.gz \
@@ -17,7 +18,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -30,6 +33,7 @@ from engines import emit  # noqa: E402
 
 from transformer_mt import Translator  # noqa: E402
 from transformer_mt.evaluation.bleu import read_text, sacrebleu_scores  # noqa: E402
+from transformer_mt.hardware.malloc import tune_malloc  # noqa: E402
 from transformer_mt.inference.search import max_output_lengths  # noqa: E402
 from transformer_mt.interop.ct2 import CTranslate2Translator, export_ctranslate2  # noqa: E402
 
@@ -48,36 +52,61 @@ def native(ct2: CTranslate2Translator, sources: list[list[int]], cfg) -> list[st
     return [ct2.vocab.decode([ct2.ids[t] for t in o.hypotheses[0]]) for o in outs]
 
 
+ENGINES = ("torch-fp32", "ctranslate2-float32", "ctranslate2-int8", "ctranslate2-native-fp32")
+
+
+def measure(engine: str, model: Path, exports: Path, sentences: list[str]) -> dict:
+    """One engine's time over all sentences, in this process, and its outputs."""
+    ours = Translator.from_dir(model)
+    cfg = ours.decode_cfg
+    sources = [ours.encode_source(s, i) for i, s in enumerate(sentences)]
+    if engine == "torch-fp32":
+        translator = ours
+    else:
+        quantization = "int8" if engine.endswith("int8") else "float32"
+        translator = CTranslate2Translator.from_dirs([exports / quantization])
+    if engine == "ctranslate2-native-fp32":
+        seconds, out = timed(lambda: native(translator, sources, cfg))
+    else:
+        seconds, out = timed(lambda: [n[0].text for n in translator.translate_ids(sources, cfg)])
+    return {"sentences_per_s": len(sources) / seconds, "outputs": out}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", type=Path, required=True)
     p.add_argument("--sentences", type=Path, required=True)
-    p.add_argument("--references", type=Path, required=True)
+    p.add_argument("--references", type=Path)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--out", type=Path)
+    p.add_argument("--only", choices=ENGINES, help=argparse.SUPPRESS)  # one measurement
+    p.add_argument("--exports", type=Path, help=argparse.SUPPRESS)
     args = p.parse_args()
-    sentences, refs = read_text(args.sentences), read_text(args.references)
+    sentences = read_text(args.sentences)
+    if args.only:
+        tune_malloc()  # as the translate command does, for either engine
+        print(json.dumps(measure(args.only, args.model, args.exports, sentences)))
+        return
+    refs = read_text(args.references)
+    runs: dict[str, list[float]] = {name: [] for name in ENGINES}
+    outputs = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for q in ("float32", "int8"):
+            export_ctranslate2(args.model, Path(tmp) / q, quantization=q)
+        for r in range(args.rounds):
+            for name in ENGINES:
+                done = subprocess.run(
+                    [sys.executable, __file__, "--only", name, "--model", str(args.model),
+                     "--sentences", str(args.sentences), "--exports", tmp],
+                    capture_output=True, text=True, check=True)
+                measured = json.loads(done.stdout.strip().splitlines()[-1])
+                runs[name].append(measured["sentences_per_s"])
+                outputs[name] = measured["outputs"]
+            print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:.1f}" for k, v in runs.items()),
+                  file=sys.stderr, flush=True)
     ours = Translator.from_dir(args.model)
     cfg = ours.decode_cfg
     sources = [ours.encode_source(s, i) for i, s in enumerate(sentences)]
-    with tempfile.TemporaryDirectory() as tmp:
-        engines = {"torch-fp32": ours}
-        for q in ("float32", "int8"):
-            engines[f"ctranslate2-{q}"] = CTranslate2Translator.from_dirs(
-                [export_ctranslate2(args.model, Path(tmp) / q, quantization=q)])
-        runs = {name: [] for name in [*engines, "ctranslate2-native-fp32"]}
-        outputs = {}
-        for r in range(args.rounds):
-            for name, engine in engines.items():
-                seconds, out = timed(lambda e=engine: [n[0].text for n in
-                                                       e.translate_ids(sources, cfg)])
-                runs[name].append(len(sources) / seconds)
-                outputs[name] = out
-            seconds, out = timed(lambda: native(engines["ctranslate2-float32"], sources, cfg))
-            runs["ctranslate2-native-fp32"].append(len(sources) / seconds)
-            outputs["ctranslate2-native-fp32"] = out
-            print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:.1f}" for k, v in runs.items()),
-                  file=sys.stderr, flush=True)
     caps = max_output_lengths(ours._padded(sources), ours.model.cfg.pad_id, cfg)
     at_cap = sum(len(ours.vocab.encode(t)) + 1 >= int(c)
                  for t, c in zip(outputs["torch-fp32"], caps.tolist(), strict=True))
