@@ -1,0 +1,61 @@
+"""Attention weights captured by hooks: the weights each module applied (its output is W^O of
+weights @ values), rows summing to 1, masked keys 0, decoder self-attention 0 above the
+diagonal, and no output bit changed by capturing."""
+
+import pytest
+import torch
+
+from conftest import random_batch, tiny_model
+from transformer_mt.inference.attention_maps import alignment, attention_maps
+from transformer_mt.model.attention import MultiHeadAttention
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_captured_weights_are_the_ones_applied_and_change_nothing(norm_first):
+    model = tiny_model(2, norm_first=norm_first)
+    src = random_batch(1, 3, 0, lengths=[7, 4, 6])
+    tgt = random_batch(2, 3, 0, lengths=[5, 6, 3])
+    tgt[:, 0] = model.cfg.bos_id
+    with torch.no_grad():
+        plain = model(src, tgt)
+    calls = []  # every module's inputs and output, recorded independently
+    handles = [m.register_forward_hook(lambda m, a, out: calls.append((m, a, out)))
+               for m in model.modules() if isinstance(m, MultiHeadAttention)]
+    try:
+        logits, maps = attention_maps(model, src, tgt)
+    finally:
+        for h in handles:
+            h.remove()
+    assert torch.equal(logits, plain), "capturing changes no output bit"
+    N, B, H = model.cfg.n_encoder_layers, 3, model.cfg.n_heads
+    assert maps.encoder.shape == (N, B, H, 7, 7) and maps.decoder.shape == (N, B, H, 6, 6)
+    assert maps.cross.shape == (N, B, H, 6, 7)
+    weights = {"encoder": list(maps.encoder), "decoder": list(maps.decoder),
+               "cross": list(maps.cross)}
+    order = {"encoder": 0, "decoder": 0, "cross": 0}
+    kinds = {id(layer.self_attn): "encoder" for layer in model.encoder.layers}
+    kinds |= {id(layer.self_attn): "decoder" for layer in model.decoder.layers}
+    kinds |= {id(layer.cross_attn): "cross" for layer in model.decoder.layers}
+    for module, (x, kv, _mask), out in calls:
+        kind = kinds[id(module)]
+        w_BHTL = weights[kind][order[kind]]
+        order[kind] += 1
+        mixed = (w_BHTL @ kv[1]).transpose(1, 2).reshape(x.shape[0], x.shape[1], -1)
+        torch.testing.assert_close(module.w_o(mixed), out, atol=1e-5, rtol=1e-5)
+    src_pad, tgt_pad = src.eq(0), tgt.eq(0)
+    for kind, key_pad in (("encoder", src_pad), ("decoder", tgt_pad), ("cross", src_pad)):
+        w = getattr(maps, kind)
+        torch.testing.assert_close(w.sum(-1), torch.ones_like(w.sum(-1)))
+        assert w.masked_select(key_pad[None, :, None, None, :].expand_as(w)).eq(0).all()
+    assert torch.triu(maps.decoder, diagonal=1).eq(0).all(), "no weight on later positions"
+
+
+def test_alignment_pairs_lie_within_the_sentence():
+    model = tiny_model(3)
+    src = random_batch(4, 1, 0, lengths=[6])
+    out = [5, 9, 7, 3]  # three tokens and EOS
+    tgt = torch.tensor([[model.cfg.bos_id, *out[:-1]]])
+    _, maps = attention_maps(model, src, tgt)
+    pairs = alignment(maps.cross, src[0, :5].tolist(), out[:-1], layer=1)
+    assert [j for _, j in pairs] == [0, 1, 2]
+    assert all(0 <= i < 5 for i, _ in pairs), "EOS and padding never aligned"
