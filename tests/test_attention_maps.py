@@ -59,3 +59,34 @@ def test_alignment_pairs_lie_within_the_sentence():
     pairs = alignment(maps.cross, src[0, :5].tolist(), out[:-1], layer=1)
     assert [j for _, j in pairs] == [0, 1, 2]
     assert all(0 <= i < 5 for i, _ in pairs), "EOS and padding never aligned"
+
+
+def test_translate_prints_fairseq_alignment_lines(trained_model, tmp_path, capsys):
+    from synthetic import sentences
+    from transformer_mt import Translator
+    from transformer_mt.cli.main import main
+
+    texts = sentences(6, seed=41) + [""]
+    (tmp_path / "in.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
+    assert main(["translate", "--model", str(trained_model), "--input", str(tmp_path / "in.txt"),
+                 "--print-alignment", "--alignment-layer", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 * len(texts)
+    translator = Translator.from_dir(trained_model)
+    best = [n[0] for n in translator.translate_nbest(texts)]
+    expected = [t.text for t in best]
+    for i, (h, a) in enumerate(zip(lines[::2], lines[1::2], strict=True)):
+        tag, _score, text = h.split("\t")
+        assert (tag, text) == (f"H-{i}", expected[i])
+        name, _, pairs = a.partition("\t")
+        assert name == f"A-{i}"
+        source_len = len(translator.vocab.encode(texts[i]))
+        parsed = [tuple(map(int, p.split("-"))) for p in pairs.split()]
+        # one pair per output token (EOS left out), source positions within the source (EOS
+        # and padding never), none for an empty source
+        outputs = len(best[i].tokens) if source_len else 0
+        assert [j for _, j in parsed] == list(range(outputs))
+        assert all(0 <= s < source_len for s, _ in parsed)
+    assert main(["translate", "--model", str(trained_model), "--input", str(tmp_path / "in.txt"),
+                 "--print-alignment", "--alignment-layer", "5"]) == 2
+    assert "decoder has layers 0 .. 1" in capsys.readouterr().err

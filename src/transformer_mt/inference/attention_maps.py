@@ -85,5 +85,7 @@ def alignment(cross_NBHTS: Tensor, src_ids: list[int], out_ids: list[int], *, la
     i (EOS and padding left out) that layer `layer`'s heads, averaged, attend to most; pairs
     (i, j) as fairseq's `i-j`. `src_ids` excludes EOS; the target query of out_ids[j] is the
     position that predicted it (input position j)."""
+    if not src_ids or not out_ids:
+        return []
     weights_TS = cross_NBHTS[layer, row].mean(0)[: len(out_ids), : len(src_ids)]
     return [(int(i), j) for j, i in enumerate(weights_TS.argmax(-1).tolist())]

@@ -27,6 +27,7 @@ from ..hardware.cpu_speed import warn_if_bf16_is_slow
 from ..model.attention import attention_kernels
 from ..model.transformer import Transformer
 from ..storage.model_dir import VOCAB_FILE, load_model
+from .attention_maps import alignment, attention_maps
 from .ensemble import Ensemble
 from .quantize import quantize_int8
 from .search import BeamSearch, DecodingModel, Hypothesis, generate
@@ -37,6 +38,7 @@ class Translation:
     text: str
     score: float  # log P / lp(|Y|), the beam search's ranking score
     log_prob: float
+    tokens: tuple[int, ...] = ()  # the output's ids, without BOS and EOS
 
 
 class Translator:
@@ -152,7 +154,29 @@ class Translator:
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=cfg.bf16)
 
     def _detokenize(self, hyp: Hypothesis) -> Translation:
-        return Translation(self.vocab.decode(hyp.tokens), hyp.score, hyp.log_prob)
+        return Translation(self.vocab.decode(hyp.tokens), hyp.score, hyp.log_prob,
+                           tuple(hyp.tokens))
+
+    def align(self, sources: Sequence[list[int]], outputs: Sequence[Translation], *,
+              layer: int | None = None) -> list[list[tuple[int, int]]]:
+        """Hard alignments (source i, output j) of each source (ids + EOS) and its output,
+        from the encoder-decoder attention of decoder `layer` (0-based; default the
+        penultimate, Garg et al. 2019), its heads averaged; EOS and padding never aligned."""
+        if not isinstance(self.model, Transformer):
+            raise ValueError("alignments come from one Transformer's attention, not an "
+                             f"{type(self.model).__name__}")
+        n = self.model.cfg.n_decoder_layers
+        layer = max(n - 2, 0) if layer is None else layer
+        if not 0 <= layer < n:
+            raise ValueError(f"alignment layer {layer}: the decoder has layers 0 .. {n - 1}")
+        bos = self.model.cfg.bos_id
+        found = []
+        for src_ids, out in zip(sources, outputs, strict=True):  # one at a time: no padding
+            src_BS = self._padded([src_ids])
+            tgt_BT = torch.tensor([[bos, *out.tokens]], device=self.device)
+            _, maps = attention_maps(self.model, src_BS, tgt_BT)
+            found.append(alignment(maps.cross, src_ids[:-1], list(out.tokens), layer=layer))
+        return found
 
     def translate(self, sentences: Sequence[str]) -> list[str]:
         """The best translation of each sentence."""

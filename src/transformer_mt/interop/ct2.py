@@ -215,6 +215,9 @@ class CTranslate2Translator(Translator):
     def joins(self, cfg: DecodeConfig) -> bool:
         return False  # CTranslate2 runs each batch's search to its end
 
+    def align(self, sources, outputs, *, layer=None):
+        raise ValueError("alignments come from our engine's attention: --engine torch")
+
     def translate_ids(self, sources: Sequence[list[int]], cfg: DecodeConfig, *,
                       progress: Callable[[int], None] | None = None) -> list[list[Translation]]:
         """Our translate_ids through CTranslate2, in batches of similar length (as ours)."""
@@ -293,8 +296,10 @@ class CTranslate2Translator(Translator):
                 ) -> list[Translation]:
         """The n_best of one sentence's (hypothesis without EOS, log P with EOS), ranked by our
         length normalisation."""
-        out = [Translation(self.vocab.decode([self.ids[t] for t in pieces]),
-                           log_prob / length_norm(len(pieces) + 1, cfg), log_prob)
-               for pieces, log_prob in hyps]
+        out = []
+        for pieces, log_prob in hyps:
+            ids = tuple(self.ids[t] for t in pieces)
+            score = log_prob / length_norm(len(ids) + 1, cfg)
+            out.append(Translation(self.vocab.decode(ids), score, log_prob, ids))
         out.sort(key=lambda t: -t.score)
         return out[: cfg.n_best]
