@@ -90,3 +90,27 @@ def test_translate_prints_fairseq_alignment_lines(trained_model, tmp_path, capsy
     assert main(["translate", "--model", str(trained_model), "--input", str(tmp_path / "in.txt"),
                  "--print-alignment", "--alignment-layer", "5"]) == 2
     assert "decoder has layers 0 .. 1" in capsys.readouterr().err
+
+
+def test_the_attention_command_writes_weights_and_figures(trained_model, tmp_path, capsys):
+    import matplotlib.image
+    import numpy as np
+
+    from transformer_mt.cli.main import main
+
+    out = tmp_path / "view"
+    assert main(["attention", "--model", str(trained_model), "--source", "a big dog runs .",
+                 "--out", str(out), "--from", "dog", "--layer", "1"]) == 0
+    printed = capsys.readouterr().out
+    with np.load(out / "attention.npz", allow_pickle=False) as data:
+        source, target = list(data["source"]), list(data["target"])
+        assert data["encoder"].shape == (2, 4, len(source), len(source))
+        assert data["cross"].shape == (2, 4, len(target), len(source))
+        assert np.allclose(data["decoder"].sum(-1), 1.0, atol=1e-5)
+    assert "▁dog" in source and source[-1] == "</s>" and target[0] == "<s>"
+    for name in ("encoder.png", "decoder.png", "cross.png", f"from-{source.index('▁dog')}.png"):
+        assert matplotlib.image.imread(out / name).shape[0] > 100, name
+        assert str(out / name) in printed
+    assert main(["attention", "--model", str(trained_model), "--source", "a dog", "--out",
+                 str(out), "--from", "cat"]) == 2
+    assert "--from 'cat' is not a source piece" in capsys.readouterr().err

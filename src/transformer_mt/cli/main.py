@@ -10,6 +10,7 @@ import sys
 from ..config import ConfigError
 from ..hardware.malloc import tune_malloc
 from . import (
+    attention,
     average,
     convert,
     evaluate,
@@ -20,7 +21,7 @@ from . import (
     translate,
 )
 
-COMMANDS = (info, prepare, train, average, translate, evaluate, serve, convert)
+COMMANDS = (info, prepare, train, average, translate, evaluate, serve, convert, attention)
 
 
 def build_parser() -> argparse.ArgumentParser:

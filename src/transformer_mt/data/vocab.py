@@ -46,6 +46,10 @@ class Vocabulary:
     def target_size(self) -> int:
         return len(self)  # one vocabulary for both sides
 
+    def piece(self, i: int, side: str = "source") -> str:
+        """The piece of id `i` (either side: one vocabulary)."""
+        return self.sp.id_to_piece(i)
+
     def encode(self, text: str) -> list[int]:
         """Subword ids of `text`, without BOS/EOS."""
         return self.sp.encode(text)
@@ -124,6 +128,14 @@ class MarianVocabulary:
     def target_size(self) -> int:
         """The target side's size (the decoder's embeddings and the output layer)."""
         return len(self.target_piece_ids)
+
+    def piece(self, i: int, side: str = "source") -> str:
+        """The piece of id `i` on `side` ("source" or "target")."""
+        if side == "target":
+            return self.pieces[i]
+        if not hasattr(self, "_source_pieces"):
+            self._source_pieces = {j: piece for piece, j in self.piece_ids.items()}
+        return self._source_pieces[i]
 
     def encode(self, text: str) -> list[int]:
         """Model ids of `text` (source side), without EOS."""

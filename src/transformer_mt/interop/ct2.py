@@ -52,11 +52,8 @@ def _ctranslate2():
 
 def _pieces(vocab: Vocabulary | MarianVocabulary, side: str) -> list[str]:
     """One side's pieces in id order (CTranslate2 addresses tokens by piece)."""
-    if isinstance(vocab, Vocabulary):
-        return [vocab.sp.id_to_piece(i) for i in range(len(vocab))]
-    ids = vocab.piece_ids if side == "source" else vocab.target_piece_ids
-    pieces = {i: piece for piece, i in ids.items()}
-    return [pieces[i] for i in range(len(ids))]
+    size = len(vocab) if side == "source" else vocab.target_size
+    return [vocab.piece(i, side) for i in range(size)]
 
 
 def _linear(spec, *layers: torch.nn.Linear) -> None:
