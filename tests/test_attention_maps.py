@@ -114,3 +114,48 @@ def test_the_attention_command_writes_weights_and_figures(trained_model, tmp_pat
     assert main(["attention", "--model", str(trained_model), "--source", "a dog", "--out",
                  str(out), "--from", "cat"]) == 2
     assert "--from 'cat' is not a source piece" in capsys.readouterr().err
+
+
+def test_the_attention_page_opens_from_disk_and_its_selectors_redraw(trained_model, tmp_path):
+    import re
+    import shutil
+
+    pytest.importorskip("selenium.webdriver")
+    chromium, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
+    if not (chromium and driver_path):
+        pytest.skip("needs chromium and chromium-driver (apt)")
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    from test_web_page import browser
+    from transformer_mt.cli.main import main
+
+    out = tmp_path / "view"
+    assert main(["attention", "--model", str(trained_model), "--source", "a big dog runs .",
+                 "--out", str(out)]) == 0
+    page = (out / "attention.html").read_text(encoding="utf-8")
+    assert not re.search(r"(src|href)\s*=|<link|@import|fetch\(", page), "nothing fetched"
+    driver = browser(tmp_path / "chromium")
+    try:
+        driver.get((out / "attention.html").as_uri())
+        title = driver.find_element(By.ID, "title")
+        assert title.text == "encoder attention, layer 1 of 2 (index 0), head 1"
+
+        def cells():
+            return [r.get_attribute("data-w") for r in driver.find_elements(By.CSS_SELECTOR,
+                                                                            "#map rect")]
+
+        first = cells()
+        Select(driver.find_element(By.ID, "layer")).select_by_value("1")
+        assert title.text == "encoder attention, layer 2 of 2 (index 1), head 1"
+        assert cells() != first and len(cells()) == len(first)
+        Select(driver.find_element(By.ID, "kind")).select_by_value("cross")
+        Select(driver.find_element(By.ID, "head")).select_by_value("2")
+        assert title.text == "cross attention, layer 1 of 2 (index 0), head 3"
+        import numpy as np
+
+        with np.load(out / "attention.npz", allow_pickle=False) as data:
+            expected = np.round(data["cross"][0, 2], 5).flatten()
+        assert np.allclose([float(w) for w in cells()], expected, atol=1e-5)
+    finally:
+        driver.quit()

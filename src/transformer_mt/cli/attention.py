@@ -8,7 +8,13 @@ from pathlib import Path
 import torch
 
 from ..inference.attention_maps import KINDS, attention_maps
-from ..inference.attention_view import SentenceAttention, draw_from, draw_grid, save_npz
+from ..inference.attention_view import (
+    SentenceAttention,
+    draw_from,
+    draw_grid,
+    draw_html,
+    save_npz,
+)
 from ..inference.translator import Translator
 from ..training.checkpoint import resolve_model_dir
 
@@ -19,7 +25,9 @@ def add_parser(sub) -> None:
         description="Run a model on one sentence, teacher-forced on --target (default: the "
                     "model's own translation), and write to --out: every layer's and head's "
                     "weights as attention.npz (numpy.load, allow_pickle=False), a layer x head "
-                    "grid of heatmaps for each kind (encoder.png, decoder.png, cross.png), and "
+                    "grid of heatmaps for each kind (encoder.png, decoder.png, cross.png), a "
+                    "self-contained page with kind/layer/head selectors (attention.html, "
+                    "opens from disk), and "
                     "with --from the paper's Figure 3 view (every head of one encoder layer "
                     "from one source token). Layers are titled 'layer 5 of 6 (index 4)'.")
     p.add_argument("--model", required=True, type=Path, help="model or run directory")
@@ -46,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     written = [save_npz(view, args.out / "attention.npz")]
     written += [draw_grid(view, kind, args.out / f"{kind}.png") for kind in KINDS]
+    written.append(draw_html(view, args.out / "attention.html"))
     if args.from_word:
         query = source_index(view.source, args.from_word)
         n = model.cfg.n_encoder_layers

@@ -5,6 +5,7 @@ query token), and the raw weights as .npz. Layers are titled both ways, "layer 5
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,4 +101,82 @@ def draw_from(view: SentenceAttention, query: int, layer: int, path: Path) -> Pa
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    return path
+
+
+PAGE = """<!doctype html>
+<html><head><meta charset="utf-8"><title>attention</title>
+<style>
+body { font: 13px sans-serif; margin: 16px; }
+select { margin-right: 12px; }
+text { font-size: 11px; }
+.dim { opacity: 0.15; }
+</style></head><body>
+<div>kind <select id="kind"></select> layer <select id="layer"></select>
+head <select id="head"></select></div>
+<h3 id="title"></h3>
+<svg id="map" xmlns="http://www.w3.org/2000/svg"></svg>
+<p>Rows: queries; columns: keys. Hover over a query to isolate its row.</p>
+<script type="application/json" id="data">DATA</script>
+<script>
+const data = JSON.parse(document.getElementById("data").textContent);
+const svgNS = "http://www.w3.org/2000/svg";
+const $ = (id) => document.getElementById(id);
+function options(select, values, labels) {
+  select.innerHTML = "";
+  values.forEach((v, i) => { const o = document.createElement("option");
+    o.value = v; o.textContent = labels[i]; select.appendChild(o); });
+}
+function el(name, attrs, text) {
+  const e = document.createElementNS(svgNS, name);
+  for (const k in attrs) e.setAttribute(k, attrs[k]);
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+function draw() {
+  const kind = $("kind").value, layer = +$("layer").value, head = +$("head").value;
+  const w = data.maps[kind][layer][head], [queries, keys] = data.axes[kind];
+  const n = data.maps[kind].length, cell = 18, left = 110, top = 90;
+  $("title").textContent = kind + " attention, layer " + (layer + 1) + " of " + n +
+    " (index " + layer + "), head " + (head + 1);
+  const svg = $("map");
+  svg.innerHTML = "";
+  svg.setAttribute("width", left + cell * keys.length + 10);
+  svg.setAttribute("height", top + cell * queries.length + 10);
+  keys.forEach((k, j) => svg.appendChild(el("text", {x: left + cell * j + 12, y: top - 6,
+    transform: "rotate(-60 " + (left + cell * j + 12) + " " + (top - 6) + ")"}, k)));
+  queries.forEach((q, i) => {
+    const row = el("g", {"class": "row", "data-row": i});
+    row.appendChild(el("text", {x: left - 6, y: top + cell * i + 13, "text-anchor": "end"}, q));
+    keys.forEach((k, j) => row.appendChild(el("rect", {x: left + cell * j, y: top + cell * i,
+      width: cell - 1, height: cell - 1, fill: "rgb(8,48,107)", "fill-opacity": w[i][j],
+      "data-w": w[i][j].toFixed(6)})));
+    row.addEventListener("mouseenter", () => svg.querySelectorAll(".row").forEach(
+      (r) => r.classList.toggle("dim", r !== row)));
+    row.addEventListener("mouseleave", () => svg.querySelectorAll(".row").forEach(
+      (r) => r.classList.remove("dim")));
+    svg.appendChild(row);
+  });
+}
+function layers() {
+  const m = data.maps[$("kind").value];
+  options($("layer"), m.map((_, i) => i), m.map((_, i) => (i + 1) + " of " + m.length +
+    " (index " + i + ")"));
+  options($("head"), m[0].map((_, h) => h), m[0].map((_, h) => String(h + 1)));
+}
+options($("kind"), Object.keys(data.maps), Object.keys(data.maps));
+["kind"].forEach((id) => $(id).addEventListener("change", () => { layers(); draw(); }));
+["layer", "head"].forEach((id) => $(id).addEventListener("change", draw));
+layers(); draw();
+</script></body></html>
+"""
+
+
+def draw_html(view: SentenceAttention, path: Path) -> Path:
+    """One self-contained page (inline SVG and JavaScript, nothing fetched: it opens from
+    disk): kind, layer and head selectors; hovering a query isolates its row."""
+    data = {"maps": {kind: np.round(w, 5).tolist() for kind, w in view.maps.items()},
+            "axes": {kind: view.axes(kind) for kind in view.maps}}
+    text = json.dumps(data, ensure_ascii=False).replace("</", "<\\/")
+    path.write_text(PAGE.replace("DATA", text), encoding="utf-8")
     return path
