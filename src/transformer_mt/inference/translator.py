@@ -129,13 +129,19 @@ class Translator:
         size = cfg.batch_size
         for start in range(0, len(order), size):
             batch = order[start : start + size]
-            with self._precision(cfg):
-                nbests = generate(self.model, self._padded([sources[i] for i in batch]), cfg)
-            for i, hyps in zip(batch, nbests, strict=True):
-                results[i] = [self._detokenize(h) for h in hyps]
+            nbests = self._translate_batch([sources[i] for i in batch], cfg)
+            for i, nbest in zip(batch, nbests, strict=True):
+                results[i] = nbest
             if progress is not None:
                 progress(start + len(batch))
         return results
+
+    def _translate_batch(self, sources: list[list[int]], cfg: DecodeConfig
+                         ) -> list[list[Translation]]:
+        """The n-best lists of one batch of similar length."""
+        with self._precision(cfg):
+            nbests = generate(self.model, self._padded(sources), cfg)
+        return [[self._detokenize(h) for h in hyps] for hyps in nbests]
 
     def joins(self, cfg: DecodeConfig) -> bool:
         """Whether sentences can join a running search with settings `cfg` (`RunningSearch`):

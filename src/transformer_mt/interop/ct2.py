@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -215,21 +215,8 @@ class CTranslate2Translator(Translator):
     def align(self, sources, outputs, *, layer=None):
         raise ValueError("alignments come from our engine's attention: --engine torch")
 
-    def translate_ids(self, sources: Sequence[list[int]], cfg: DecodeConfig, *,
-                      progress: Callable[[int], None] | None = None) -> list[list[Translation]]:
-        """Our translate_ids through CTranslate2, in batches of similar length (as ours)."""
-        order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
-        results: list[list[Translation]] = [[] for _ in sources]
-        for start in range(0, len(order), cfg.batch_size):
-            batch = order[start : start + cfg.batch_size]
-            for i, nbest in zip(batch, self._search([sources[i] for i in batch], cfg),
-                                strict=True):
-                results[i] = nbest
-            if progress is not None:
-                progress(start + len(batch))
-        return results
-
-    def _search(self, sources: list[list[int]], cfg: DecodeConfig) -> list[list[Translation]]:
+    def _translate_batch(self, sources: list[list[int]], cfg: DecodeConfig
+                         ) -> list[list[Translation]]:
         """One batch. CTranslate2's length cap is one per batch, ours one per sentence (with
         EOS forced as the last token): the batch runs to the largest cap, and a sentence whose
         search had not ended strictly before its own cap is searched again with cap - 1 free
@@ -238,10 +225,15 @@ class CTranslate2Translator(Translator):
         caps = max_output_lengths(self._padded(sources), self.model.cfg.pad_id, cfg).tolist()
         tokens = [[self.source_pieces[t] for t in ids] for ids in sources]
         eos = self.pieces[self.model.cfg.eos_id]
-        outs = self._run(tokens, max(caps), cfg)
+        # each sentence's (hypothesis without EOS, log P with EOS)
+        ended: list[list[tuple[list[str], float]]] = []
         again: dict[int, list[int]] = {}  # cap -> sentences to search again
-        for i, (out, cap) in enumerate(zip(outs, caps, strict=True)):
-            if not all(h and h[-1] == eos and len(h) < cap for h, _ in out):
+        for i, (out, cap) in enumerate(zip(self._run(tokens, max(caps), cfg), caps,
+                                           strict=True)):
+            if all(h and h[-1] == eos and len(h) < cap for h, _ in out):
+                ended.append([(h[:-1], lp) for h, lp in out])
+            else:
+                ended.append(out)  # replaced below
                 again.setdefault(cap, []).append(i)
         for cap, members in again.items():
             if cap == 1:
@@ -249,29 +241,29 @@ class CTranslate2Translator(Translator):
             elif cfg.strategy == "beam":
                 capped = self._run([tokens[i] for i in members], cap - 1, cfg)
             else:  # one hypothesis, chosen token by token: its first cap - 1 tokens are ours
-                capped = [[(outs[i][0][0][: cap - 1], 0.0)] for i in members]
-            ended = [[(h[:-1], lp) for h, lp in out if h and h[-1] == eos] for out in capped]
-            unfinished = [(k, h) for k, out in enumerate(capped) for h, _ in out
+                capped = [[(ended[i][0][0][: cap - 1], 0.0)] for i in members]
+            for i, out in zip(members, capped, strict=True):
+                ended[i] = [(h[:-1], lp) for h, lp in out if h and h[-1] == eos]
+            unfinished = [(i, h) for i, out in zip(members, capped, strict=True) for h, _ in out
                           if not h or h[-1] != eos]
-            scored = self.engine.score_batch([tokens[members[k]] for k, _ in unfinished],
+            scored = self.engine.score_batch([tokens[i] for i, _ in unfinished],
                                              [h for _, h in unfinished])  # EOS appended
-            for (k, h), result in zip(unfinished, scored, strict=True):
-                ended[k].append((h, sum(result.log_probs)))
-            for i, nbest in zip(members, ended, strict=True):
-                outs[i] = [(h + [eos], lp) for h, lp in nbest]
-        return [self._ranked([(h[:-1], lp) for h, lp in out], cfg) for out in outs]
+            for (i, h), result in zip(unfinished, scored, strict=True):
+                ended[i].append((h, sum(result.log_probs)))
+        return [self._ranked(nbest, cfg) for nbest in ended]
 
     def _run(self, tokens: list[list[str]], cap: int, cfg: DecodeConfig
              ) -> list[list[tuple[list[str], float]]]:
         """(hypothesis, log P) of each sentence, at most `cap` tokens, EOS kept where they
         ended. log P is the search's: renormalised around the banned padding."""
+        options = self._options(cfg)
         outs = self.engine.translate_batch(
             tokens, max_batch_size=len(tokens), max_decoding_length=cap,
             min_decoding_length=max(cfg.min_length - 1, 0), max_input_length=0,
             return_end_token=True, return_scores=True, suppress_sequences=self._banned,
-            **self._options(cfg))
-        # the scores are log P / |Y|^lp (_options), |Y| counting EOS where it is returned
-        lp = self._options(cfg)["length_penalty"]
+            **options)
+        # the scores are log P / |Y|^lp, |Y| counting EOS where it is returned
+        lp = options["length_penalty"]
         return [[(h, score * max(len(h), 1) ** lp) for h, score in zip(o.hypotheses, o.scores,
                                                                       strict=True)] for o in outs]
 
