@@ -99,6 +99,7 @@ class MarianVocabulary:
         self.separate = target_piece_ids is not None  # its own target_vocab.json
         self.target_piece_ids = target_piece_ids or piece_ids
         self.pieces = {i: piece for piece, i in self.target_piece_ids.items()}  # target side
+        self.source_pieces = {i: piece for piece, i in piece_ids.items()}
         for ids, name in ((piece_ids, "vocab.json"), (self.target_piece_ids, TARGET_VOCAB_FILE)):
             missing = [p for p in self.SPECIALS if p not in ids]
             if missing:
@@ -131,11 +132,7 @@ class MarianVocabulary:
 
     def piece(self, i: int, side: str = "source") -> str:
         """The piece of id `i` on `side` ("source" or "target")."""
-        if side == "target":
-            return self.pieces[i]
-        if not hasattr(self, "_source_pieces"):
-            self._source_pieces = {j: piece for piece, j in self.piece_ids.items()}
-        return self._source_pieces[i]
+        return (self.pieces if side == "target" else self.source_pieces)[i]
 
     def encode(self, text: str) -> list[int]:
         """Model ids of `text` (source side), without EOS."""

@@ -46,13 +46,19 @@ def save_npz(view: SentenceAttention, path: Path) -> Path:
     return path
 
 
-def draw_grid(view: SentenceAttention, kind: str, path: Path) -> Path:
-    """A layer x head grid of heatmaps of one kind (queries down, keys across)."""
+def _pyplot():
+    """matplotlib's pyplot, drawing to files (no display)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def draw_grid(view: SentenceAttention, kind: str, path: Path) -> Path:
+    """A layer x head grid of heatmaps of one kind (queries down, keys across)."""
+    plt = _pyplot()
     weights = view.maps[kind]
     N, H = weights.shape[:2]
     queries, keys = view.axes(kind)
@@ -75,11 +81,7 @@ def draw_grid(view: SentenceAttention, kind: str, path: Path) -> Path:
 def draw_from(view: SentenceAttention, query: int, layer: int, path: Path) -> Path:
     """The paper's Figure 3 view: from one source token, every head of one encoder layer, each
     head a colour, its weight on each token as the line's opacity."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     weights = view.maps["encoder"][layer, :, query]  # (H, K)
     H, K = weights.shape
     fig, ax = plt.subplots(figsize=(4, 0.3 * K + 1.5))

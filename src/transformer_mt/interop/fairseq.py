@@ -156,15 +156,17 @@ def _beside(checkpoint: Path, pattern: str, what: str) -> list[Path]:
     return found
 
 
-def _dictionaries(checkpoint: Path, args: dict[str, Any]) -> tuple[Path, Path]:
-    """The source and target dict.*.txt beside the checkpoint: dict.{source_lang}.txt and
-    dict.{target_lang}.txt where the settings name the languages, else one (or two equal)."""
-    found = _beside(checkpoint, "dict.*.txt", "fairseq's dictionary")
+def _dictionaries(checkpoint: Path, args: dict[str, Any], found: list[Path]
+                  ) -> list[tuple[Path, list[str]]]:
+    """(path, pieces) of the source and the target dictionary among the dict.*.txt `found`
+    beside the checkpoint: dict.{source_lang}.txt and dict.{target_lang}.txt where the settings
+    name the languages, else the one (or several equal) there."""
     langs = [checkpoint.parent / f"dict.{args.get(k)}.txt" for k in ("source_lang", "target_lang")]
     if all(path.exists() for path in langs):
-        return langs[0], langs[1]
-    if len(found) == 1 or all(read_dictionary(f) == read_dictionary(found[0]) for f in found):
-        return found[0], found[0]
+        return [(path, read_dictionary(path)) for path in langs]
+    first = read_dictionary(found[0])
+    if all(read_dictionary(f) == first for f in found[1:]):
+        return [(found[0], first)] * 2
     raise ConversionError(f"{checkpoint.parent}: {', '.join(f.name for f in found)} differ and "
                           f"the checkpoint names no source_lang/target_lang to tell them apart")
 
@@ -183,7 +185,7 @@ def import_fairseq(checkpoint: str | Path, out_dir: str | Path) -> Path:
     checkpoint, out_dir = Path(checkpoint), Path(out_dir)
     if not checkpoint.is_file():
         raise ConversionError(f"{checkpoint}: not a file")
-    _beside(checkpoint, "dict.*.txt", "fairseq's dictionary")
+    dictionaries = _beside(checkpoint, "dict.*.txt", "fairseq's dictionary")
     sentencepiece = _beside(checkpoint, "*.model", "the SentencePiece model of the pieces")
     if len(sentencepiece) > 1:
         raise ConversionError(f"{checkpoint.parent}: several *.model files: "
@@ -196,10 +198,9 @@ def import_fairseq(checkpoint: str | Path, out_dir: str | Path) -> Path:
         raise ConversionError(f"{checkpoint}: not a fairseq checkpoint (no 'model' state dict)")
     args, state = _settings(loaded, checkpoint), loaded["model"]
     sides = []
-    for path, tensor in zip(_dictionaries(checkpoint, args), ("encoder.embed_tokens.weight",
-                                                              "decoder.embed_tokens.weight"),
-                            strict=True):
-        pieces = read_dictionary(path)
+    for (path, pieces), tensor in zip(_dictionaries(checkpoint, args, dictionaries),
+                                      ("encoder.embed_tokens.weight",
+                                       "decoder.embed_tokens.weight"), strict=True):
         rows = state[tensor].shape[0] if tensor in state else len(pieces)
         sides.append(_padded(pieces, rows, path, tensor))
     source, target = sides
