@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from conftest import random_batch, tiny_model
-from transformer_mt.inference.attention_maps import alignment, attention_maps
+from transformer_mt.inference.attention_maps import attention_maps
 from transformer_mt.model.attention import MultiHeadAttention
 
 
@@ -48,48 +48,6 @@ def test_captured_weights_are_the_ones_applied_and_change_nothing(norm_first):
         torch.testing.assert_close(w.sum(-1), torch.ones_like(w.sum(-1)))
         assert w.masked_select(key_pad[None, :, None, None, :].expand_as(w)).eq(0).all()
     assert torch.triu(maps.decoder, diagonal=1).eq(0).all(), "no weight on later positions"
-
-
-def test_alignment_pairs_lie_within_the_sentence():
-    model = tiny_model(3)
-    src = random_batch(4, 1, 0, lengths=[6])
-    out = [5, 9, 7, 3]  # three tokens and EOS
-    tgt = torch.tensor([[model.cfg.bos_id, *out[:-1]]])
-    _, maps = attention_maps(model, src, tgt)
-    pairs = alignment(maps.cross, src[0, :5].tolist(), out[:-1], layer=1)
-    assert [j for _, j in pairs] == [0, 1, 2]
-    assert all(0 <= i < 5 for i, _ in pairs), "EOS and padding never aligned"
-
-
-def test_translate_prints_fairseq_alignment_lines(trained_model, tmp_path, capsys):
-    from synthetic import sentences
-    from transformer_mt import Translator
-    from transformer_mt.cli.main import main
-
-    texts = sentences(6, seed=41) + [""]
-    (tmp_path / "in.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
-    assert main(["translate", "--model", str(trained_model), "--input", str(tmp_path / "in.txt"),
-                 "--print-alignment", "--alignment-layer", "1"]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 2 * len(texts)
-    translator = Translator.from_dir(trained_model)
-    best = [n[0] for n in translator.translate_nbest(texts)]
-    expected = [t.text for t in best]
-    for i, (h, a) in enumerate(zip(lines[::2], lines[1::2], strict=True)):
-        tag, _score, text = h.split("\t")
-        assert (tag, text) == (f"H-{i}", expected[i])
-        name, _, pairs = a.partition("\t")
-        assert name == f"A-{i}"
-        source_len = len(translator.vocab.encode(texts[i]))
-        parsed = [tuple(map(int, p.split("-"))) for p in pairs.split()]
-        # one pair per output token (EOS left out), source positions within the source (EOS
-        # and padding never), none for an empty source
-        outputs = len(best[i].tokens) if source_len else 0
-        assert [j for _, j in parsed] == list(range(outputs))
-        assert all(0 <= s < source_len for s, _ in parsed)
-    assert main(["translate", "--model", str(trained_model), "--input", str(tmp_path / "in.txt"),
-                 "--print-alignment", "--alignment-layer", "5"]) == 2
-    assert "decoder has layers 0 .. 1" in capsys.readouterr().err
 
 
 def test_the_attention_command_writes_weights_and_figures(trained_model, tmp_path, capsys):

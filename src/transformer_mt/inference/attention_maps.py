@@ -1,7 +1,8 @@
 """Attention weights, for looking inside a model (the paper's Figures 3-5) and for word
-alignments. Forward hooks on each attention module recompute its weights softmax(Q K^T /
-sqrt(d_k)) (eq. 1, the reference attention) from the module's own inputs, so the forward pass
-itself is untouched (capturing changes no output bit) and costs nothing when not asked for.
+alignments (alignment.py). Forward hooks on each attention module recompute its weights
+softmax(Q K^T / sqrt(d_k)) (eq. 1, the reference attention) from the module's own inputs, so
+the forward pass itself is untouched (capturing changes no output bit) and costs nothing when
+not asked for.
 
 Layers are numbered from 0 in the arrays; the paper's "layer 5 of 6" is index 4.
 """
@@ -78,14 +79,3 @@ def attention_maps(model: Transformer, src_BS: Tensor, tgt_in_BT: Tensor
     maps = AttentionMaps(*(torch.stack(found[kind]) for kind in KINDS))
     return logits_BTV, maps
 
-
-def alignment(cross_NBHTS: Tensor, src_ids: list[int], out_ids: list[int], *, layer: int,
-              row: int = 0) -> list[tuple[int, int]]:
-    """Hard alignment of one sentence: for each output token j (EOS left out) the source token
-    i (EOS and padding left out) that layer `layer`'s heads, averaged, attend to most; pairs
-    (i, j) as fairseq's `i-j`. `src_ids` excludes EOS; the target query of out_ids[j] is the
-    position that predicted it (input position j)."""
-    if not src_ids or not out_ids:
-        return []
-    weights_TS = cross_NBHTS[layer, row].mean(0)[: len(out_ids), : len(src_ids)]
-    return [(int(i), j) for j, i in enumerate(weights_TS.argmax(-1).tolist())]

@@ -27,7 +27,8 @@ from ..hardware.cpu_speed import warn_if_bf16_is_slow
 from ..model.attention import attention_kernels
 from ..model.transformer import Transformer
 from ..storage.model_dir import VOCAB_FILE, load_model
-from .attention_maps import alignment, attention_maps
+from .alignment import AlignmentChoice, alignment_weights
+from .attention_maps import attention_maps
 from .ensemble import Ensemble
 from .quantize import quantize_int8
 from .search import BeamSearch, DecodingModel, Hypothesis, generate
@@ -163,25 +164,27 @@ class Translator:
         return Translation(self.vocab.decode(hyp.tokens), hyp.score, hyp.log_prob,
                            tuple(hyp.tokens))
 
-    def align(self, sources: Sequence[list[int]], outputs: Sequence[Translation], *,
-              layer: int | None = None) -> list[list[tuple[int, int]]]:
-        """Hard alignments (source i, output j) of each source (ids + EOS) and its output,
-        from the encoder-decoder attention of decoder `layer` (0-based; default the
-        penultimate, Garg et al. 2019), its heads averaged; EOS and padding never aligned."""
+    def alignment_choice(self, choice: AlignmentChoice) -> AlignmentChoice:
+        """`choice` with its layer filled in; a ValueError where this model cannot align or
+        the layer or a head is not there."""
         if not isinstance(self.model, Transformer):
             raise ValueError("alignments come from one Transformer's attention, not an "
                              f"{type(self.model).__name__}")
-        n = self.model.cfg.n_decoder_layers
-        layer = max(n - 2, 0) if layer is None else layer
-        if not 0 <= layer < n:
-            raise ValueError(f"alignment layer {layer}: the decoder has layers 0 .. {n - 1}")
+        return choice.resolve(self.model.cfg.n_decoder_layers, self.model.cfg.n_heads)
+
+    def alignments(self, sources: Sequence[list[int]], outputs: Sequence[Translation],
+                   choice: AlignmentChoice | None = None) -> list[torch.Tensor]:
+        """Each output's (output tokens, source tokens) alignment rows, EOS left out on both
+        sides (inference/alignment.py), from its source (ids + EOS) and its tokens."""
+        choice = self.alignment_choice(choice or AlignmentChoice())
         bos = self.model.cfg.bos_id
         found = []
         for src_ids, out in zip(sources, outputs, strict=True):  # one at a time: no padding
             src_BS = self._padded([src_ids])
             tgt_BT = torch.tensor([[bos, *out.tokens]], device=self.device)
             _, maps = attention_maps(self.model, src_BS, tgt_BT)
-            found.append(alignment(maps.cross, src_ids[:-1], list(out.tokens), layer=layer))
+            found.append(alignment_weights(maps.cross[choice.layer, 0].cpu(), len(src_ids) - 1,
+                                           len(out.tokens), choice))
         return found
 
     def translate(self, sentences: Sequence[str]) -> list[str]:

@@ -212,7 +212,7 @@ class CTranslate2Translator(Translator):
     def joins(self, cfg: DecodeConfig) -> bool:
         return False  # CTranslate2 runs each batch's search to its end
 
-    def align(self, sources, outputs, *, layer=None):
+    def alignment_choice(self, choice):
         raise ValueError("alignments come from our engine's attention: --engine torch")
 
     def _translate_batch(self, sources: list[list[int]], cfg: DecodeConfig
