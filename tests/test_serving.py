@@ -83,6 +83,55 @@ def test_concurrent_clients_are_batched_together_and_get_their_own_answers(trans
     assert alone < rounds, "some clients' sentences were decoded together"
 
 
+def test_alignments_on_request_equal_the_offline_ones_while_others_decode(translator):
+    from transformer_mt.inference.alignment import AlignmentChoice, hard_alignment
+
+    best = [n[0] for n in translator.translate_nbest(SENTENCES)]
+    sources = [translator.encode_source(s, i) for i, s in enumerate(SENTENCES)]
+    offline = translator.alignments(sources, best, AlignmentChoice())
+    with client_for(translator, max_wait_ms=100.0) as client:
+        answers: dict[int, dict] = {}
+        barrier = threading.Barrier(len(SENTENCES))
+
+        def ask(i):  # every other client asks for alignments, all in one batch
+            barrier.wait()
+            answers[i] = translate(client, [SENTENCES[i], ""], alignment=i % 2 == 0).json()
+
+        threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(SENTENCES))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    vocab = translator.vocab
+    for i, body in answers.items():
+        first, empty = body["translations"]
+        assert first["text"] == best[i].text
+        if i % 2:
+            assert first["alignment"] is None and empty["alignment"] is None
+            continue
+        got = first["alignment"]
+        assert (got["layer"], got["layers"]) == (0, 2)  # the default of a 2-layer decoder
+        assert got["source"] == [vocab.piece(t) for t in sources[i][:-1]]
+        assert got["target"] == [vocab.piece(t, "target") for t in best[i].tokens]
+        assert torch.allclose(torch.tensor(got["weights"]), offline[i], atol=1e-5)
+        assert [tuple(p) for p in got["pairs"]] == hard_alignment(offline[i])
+        assert empty["alignment"] == {"layer": 0, "layers": 2, "source": [], "target": [],
+                                      "weights": [], "pairs": []}
+
+
+def test_a_model_without_alignments_answers_422_naming_the_field(translator):
+    from transformer_mt.inference.ensemble import Ensemble
+
+    ensemble = Translator(Ensemble([translator.model, translator.model]), translator.vocab,
+                          translator.decode_cfg)
+    with client_for(ensemble) as client:
+        response = translate(client, "dog runs .", alignment=True)
+        assert response.status_code == 422
+        assert response.json()["field"] == "alignment"
+        assert "not an Ensemble" in response.json()["error"]
+        assert translate(client, "dog runs .").status_code == 200
+
+
 def metric(text: str, name: str) -> str:
     return next(line.split()[-1] for line in text.splitlines() if line.startswith(name + " ")
                 or line.startswith(name + "{"))

@@ -56,3 +56,40 @@ def test_type_translate_and_read_the_translation(translator, tmp_path):  # noqa:
             assert driver.save_screenshot(path)
         finally:
             driver.quit()
+
+
+def test_show_attention_draws_each_translations_cross_attention(translator, tmp_path):  # noqa: F811
+    from transformer_mt.inference.alignment import AlignmentChoice, hard_alignment
+
+    save_model(translator.model, tmp_path / "model", vocab_path=translator.vocab.path,
+               decode=translator.decode_cfg)
+    lines = ["small girl sees a big ball !", "", "dog runs ."]
+    beam4 = dataclasses.replace(translator.decode_cfg, beam_size=4)  # the page's
+    sources = [translator.encode_source(s, i) for i, s in enumerate(lines) if s]
+    best = [n[0] for n in translator.translate_ids(sources, beam4)]
+    expected = translator.alignments(sources, best, AlignmentChoice())
+    with running_server(tmp_path / "model") as (base, _server):
+        driver = browser(tmp_path / "chromium")
+        try:
+            driver.get(base + "/")
+            assert not driver.find_element(By.ID, "attention").is_displayed()
+            driver.find_element(By.ID, "source").send_keys("\n".join(lines))
+            driver.find_element(By.ID, "show-attention").click()
+            driver.find_element(By.ID, "translate").click()
+            WebDriverWait(driver, 30).until(
+                expected_conditions.text_to_be_present_in_element((By.ID, "status"), " ms"))
+            figures = driver.find_elements(By.CSS_SELECTOR, "#attention figure")
+            assert [f.find_element(By.TAG_NAME, "figcaption").text for f in figures] == [
+                f"line {n}: encoder-decoder attention, decoder layer 1 of 2 (index 0), heads "
+                "averaged" for n in (1, 3)], "the empty line has no map"
+            for figure, rows, hyp in zip(figures, expected, best, strict=True):
+                rects = figure.find_elements(By.TAG_NAME, "rect")
+                assert len(rects) == rows.numel() == len(hyp.tokens) * rows.shape[1]
+                drawn = [float(r.get_attribute("data-w")) for r in rects]
+                assert max(abs(a - b) for a, b in zip(drawn, rows.flatten().tolist(),
+                                                       strict=True)) < 1e-4
+                outlined = [k for k, r in enumerate(rects) if r.get_attribute("class") == "link"]
+                S = rows.shape[1]
+                assert outlined == sorted(j * S + i for i, j in hard_alignment(rows))
+        finally:
+            driver.quit()

@@ -40,6 +40,8 @@ class Translation:
     score: float  # log P / lp(|Y|), the beam search's ranking score
     log_prob: float
     tokens: tuple[int, ...] = ()  # the output's ids, without BOS and EOS
+    # where asked (the server's "alignment"): (tokens, source tokens) rows, Translator.alignments
+    alignment: torch.Tensor | None = dataclasses.field(default=None, compare=False)
 
 
 class Translator:

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..config import ServeConfig, config_to_dict
+from ..inference.alignment import AlignmentChoice, hard_alignment
 from ..inference.translator import Translation, Translator
 from ..model.stats import count_parameters
 from .batcher import Batcher, DecodingFailed, Draining, QueueFull, request_settings
@@ -43,6 +44,8 @@ class TranslateRequest(BaseModel):
     alpha: float | None = Field(None, ge=0, le=MAX_ALPHA, description="length penalty alpha")
     max_length_offset: int | None = Field(None, ge=0, description="an output has at most "
                                           "source length + this many tokens")
+    alignment: bool = Field(False, description="add each best translation's alignment: its "
+                            "encoder-decoder attention over the source (docs/attention.md)")
 
 
 class Hypothesis(BaseModel):
@@ -50,9 +53,21 @@ class Hypothesis(BaseModel):
     score: float | None = Field(description="log P / lp(|Y|); null for an empty input")
 
 
+class AlignmentOut(BaseModel):
+    layer: int = Field(description="the decoder layer that aligns, 0-based, its heads averaged")
+    layers: int = Field(description="the decoder's number of layers")
+    source: list[str] = Field(description="the source pieces (EOS left out)")
+    target: list[str] = Field(description="the translation's pieces (EOS left out)")
+    weights: list[list[float]] = Field(description="for each target piece, its weights over "
+                                       "the source pieces (summing to 1)")
+    pairs: list[list[int]] = Field(description="hard alignment: [source i, target j] pairs, "
+                                   "each target piece with its largest source piece")
+
+
 class TranslationOut(Hypothesis):
     n_best: list[Hypothesis] | None = Field(None, description="with n_best > 1: the "
                                             "hypotheses, best first")
+    alignment: AlignmentOut | None = Field(None, description="with alignment: true")
 
 
 class TranslateResponse(BaseModel):
@@ -176,9 +191,11 @@ def create_app(translator: Translator, cfg: ServeConfig, *,
         start = time.monotonic()
         sentences = [body.text] if isinstance(body.text, str) else body.text
         settings = checked_settings(body, translator, cfg)
-        results = await _translate(request, sentences, settings)
+        align = checked_alignment(body, translator)
+        results = await _translate(request, sentences, settings, align=align)
         return TranslateResponse(
-            translations=[translation_out(r, settings.n_best) for r in results],
+            translations=[translation_out(r, settings.n_best, translator, s, align)
+                          for r, s in zip(results, sentences, strict=True)],
             milliseconds=1000 * (time.monotonic() - start))
 
     @app.post("/translate", response_model=LibreResponse, responses=ERRORS)
@@ -225,7 +242,8 @@ def create_app(translator: Translator, cfg: ServeConfig, *,
             .read_text(encoding="utf-8")
 
     async def _translate(request: Request | None, sentences: list[str], settings, *,
-                         batcher: Batcher | None = None) -> list:
+                         batcher: Batcher | None = None,
+                         align: AlignmentChoice | None = None) -> list:
         """n-best lists of `sentences` in order; "" for empty or blank ones, without the
         model. Records (sentences, tokens, queue ms, decode ms) on request.state.work."""
         check_sentences(sentences, cfg)
@@ -244,7 +262,7 @@ def create_app(translator: Translator, cfg: ServeConfig, *,
         if sources:
             batcher = batcher or request.app.state.batcher
             try:
-                futures = batcher.submit(sources, settings)
+                futures = batcher.submit(sources, settings, align)
             except QueueFull as err:
                 raise Problem(429, str(err), headers={"Retry-After": "1"}) from None
             except Draining as err:
@@ -268,12 +286,40 @@ async def gather(futures: list[asyncio.Future]) -> list[tuple]:
         raise Problem(500, str(err)) from None
 
 
-def translation_out(nbest: list[Translation], n_best: int) -> TranslationOut:
+def translation_out(nbest: list[Translation], n_best: int, translator: Translator,
+                    sentence: str, align: AlignmentChoice | None) -> TranslationOut:
+    layers = translator.model.cfg.n_decoder_layers
     if not nbest:  # an empty input
-        return TranslationOut(text="", score=None, n_best=[] if n_best > 1 else None)
+        empty = AlignmentOut(layer=align.layer, layers=layers, source=[], target=[],
+                             weights=[], pairs=[]) if align else None
+        return TranslationOut(text="", score=None, n_best=[] if n_best > 1 else None,
+                              alignment=empty)
     best = nbest[0]
+    alignment = None
+    if best.alignment is not None:
+        vocab = translator.vocab
+        rows = best.alignment
+        alignment = AlignmentOut(
+            layer=align.layer, layers=layers,
+            source=[vocab.piece(i) for i in vocab.encode(sentence)],
+            target=[vocab.piece(i, "target") for i in best.tokens],
+            weights=[[round(w, 5) for w in row] for row in rows.tolist()],
+            pairs=[list(p) for p in hard_alignment(rows)])
     return TranslationOut(text=best.text, score=best.score, n_best=[
-        Hypothesis(text=t.text, score=t.score) for t in nbest] if n_best > 1 else None)
+        Hypothesis(text=t.text, score=t.score) for t in nbest] if n_best > 1 else None,
+        alignment=alignment)
+
+
+def checked_alignment(body: TranslateRequest, translator: Translator
+                      ) -> AlignmentChoice | None:
+    """The alignment asked for (the default layer, all heads), or 422 where this model gives
+    none."""
+    if not body.alignment:
+        return None
+    try:
+        return translator.alignment_choice(AlignmentChoice())
+    except ValueError as err:
+        raise Problem(422, str(err), field="alignment") from None
 
 
 def checked_settings(body: TranslateRequest, translator: Translator, cfg: ServeConfig):

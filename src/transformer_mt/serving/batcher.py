@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..config import DecodeConfig, ServeConfig
+from ..inference.alignment import AlignmentChoice
 from ..inference.translator import RunningSearch, Translation, Translator
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,7 @@ class Job:
     request: int
     ids: list[int]  # source ids + EOS
     cfg: DecodeConfig
+    align: AlignmentChoice | None  # add the best translation's alignment rows
     future: asyncio.Future
     loop: asyncio.AbstractEventLoop
     enqueued: float = field(default_factory=time.monotonic)
@@ -91,8 +93,10 @@ class Batcher:
         if self.worker is not None:
             self.worker.start()
 
-    def submit(self, sources: list[list[int]], cfg: DecodeConfig) -> list[asyncio.Future]:
-        """Queue one request's encoded sentences; futures of their n-best lists, in order."""
+    def submit(self, sources: list[list[int]], cfg: DecodeConfig,
+               align: AlignmentChoice | None = None) -> list[asyncio.Future]:
+        """Queue one request's encoded sentences; futures of their n-best lists, in order
+        (with `align`, the best translation of each carries its alignment rows)."""
         loop = asyncio.get_running_loop()
         with self.lock:
             if self.closing:
@@ -101,7 +105,7 @@ class Batcher:
                 raise QueueFull(f"{self.waiting} sentences are waiting; serve.max_queue is "
                                 f"{self.cfg.max_queue}")
             request = next(self.request_ids)
-            jobs = [Job(request, ids, cfg, loop.create_future(), loop) for ids in sources]
+            jobs = [Job(request, ids, cfg, align, loop.create_future(), loop) for ids in sources]
             self.queues[request] = collections.deque(jobs)
             self.waiting += len(jobs)
             self.lock.notify()
@@ -221,7 +225,7 @@ class Batcher:
             for key, nbest in done:
                 job = held.pop(key)
                 tokens -= len(job.ids)
-                job.resolve(nbest)
+                self._resolve(job, nbest)
             self._observe(len(search) + len(done), len(done), batch, start)
             batch = self._admit(cfg, cfg.batch_size - len(held),
                                 self.cfg.max_batch_tokens - tokens)
@@ -239,7 +243,7 @@ class Batcher:
             self._decode_each_request(batch)
         else:
             for job, result in zip(batch, results, strict=True):
-                job.resolve(result)
+                self._resolve(job, result)
         self._observe(len(batch), len(batch), batch, start)
 
     def _observe(self, sentences: int, finished: int, began: list[Job], start: float) -> None:
@@ -259,7 +263,21 @@ class Batcher:
                     job.resolve(DecodingFailed(f"decoding failed: {type(err).__name__}: {err}"))
             else:
                 for job, result in zip(jobs, results, strict=True):
-                    job.resolve(result)
+                    self._resolve(job, result)
+
+    def _resolve(self, job: Job, nbest: list[Translation]) -> None:
+        """Hand `nbest` to the job's request, its best with alignment rows where asked: on
+        this thread, which alone runs the model (the rows' hooks must not see another's
+        forward pass)."""
+        if job.align is not None and nbest:
+            try:
+                rows = self.translator.alignments([job.ids], nbest[:1], job.align)[0]
+            except Exception as err:  # noqa: BLE001 - the request's error, not the server's
+                log.exception("aligning a translation failed")
+                job.resolve(DecodingFailed(f"alignment failed: {type(err).__name__}: {err}"))
+                return
+            nbest = [dataclasses.replace(nbest[0], alignment=rows), *nbest[1:]]
+        job.resolve(nbest)
 
 
 class DecodingFailed(RuntimeError):
