@@ -2,6 +2,10 @@
 weights @ values), rows summing to 1, masked keys 0, decoder self-attention 0 above the
 diagonal, and no output bit changed by capturing."""
 
+import json
+import re
+
+import numpy as np
 import pytest
 import torch
 
@@ -58,7 +62,7 @@ def test_the_attention_command_writes_weights_and_figures(trained_model, tmp_pat
 
     out = tmp_path / "view"
     assert main(["attention", "--model", str(trained_model), "--source", "a big dog runs .",
-                 "--out", str(out), "--from", "dog", "--layer", "1"]) == 0
+                 "--out", str(out), "--from", "dog", "--layer", "1", "--head", "2"]) == 0
     printed = capsys.readouterr().out
     with np.load(out / "attention.npz", allow_pickle=False) as data:
         source, target = list(data["source"]), list(data["target"])
@@ -66,12 +70,61 @@ def test_the_attention_command_writes_weights_and_figures(trained_model, tmp_pat
         assert data["cross"].shape == (2, 4, len(target), len(source))
         assert np.allclose(data["decoder"].sum(-1), 1.0, atol=1e-5)
     assert "▁dog" in source and source[-1] == "</s>" and target[0] == "<s>"
-    for name in ("encoder.png", "decoder.png", "cross.png", f"from-{source.index('▁dog')}.png"):
+    for name in ("encoder.png", "decoder.png", "cross.png", f"from-{source.index('▁dog')}.png",
+                 "head-1-2.png"):
         assert matplotlib.image.imread(out / name).shape[0] > 100, name
         assert str(out / name) in printed
+    # bertviz's head-view params: what its own checks require of each entry
+    bertviz = json.loads((out / "bertviz.json").read_text(encoding="utf-8"))
+    assert [a["name"] for a in bertviz["attention"]] == ["Encoder", "Decoder", "Cross"]
+    with np.load(out / "attention.npz", allow_pickle=False) as data:
+        for entry, kind in zip(bertviz["attention"], ("encoder", "decoder", "cross"),
+                               strict=True):
+            attn = np.array(entry["attn"])
+            assert np.allclose(attn, data[kind], atol=1e-6)
+            assert attn.shape[2:] == (len(entry["left_text"]), len(entry["right_text"]))
+        assert bertviz["attention"][2]["left_text"] == list(data["target"])
+        assert bertviz["attention"][2]["right_text"] == list(data["source"])
+    assert bertviz["include_layers"] == [0, 1] and bertviz["default_filter"] == "0"
+    assert main(["attention", "--model", str(trained_model), "--source", "a big dog runs .",
+                 "--out", str(tmp_path / "words"), "--words", "--from", "dog"]) == 0
+    page = (tmp_path / "words" / "attention.html").read_text(encoding="utf-8")
+    data = json.loads(re.search(r'id="data">(.*?)</script>', page, re.S).group(1))
+    assert data["axes"]["encoder"][0] == ["a", "big", "dog", "runs", ".", "</s>"]
+    assert (tmp_path / "words" / "from-2.png").exists()
+    assert main(["attention", "--model", str(trained_model), "--source", "a dog", "--out",
+                 str(out), "--head", "4"]) == 2
+    assert "--head 4: the layers have heads 0 .. 3" in capsys.readouterr().err
     assert main(["attention", "--model", str(trained_model), "--source", "a dog", "--out",
                  str(out), "--from", "cat"]) == 2
-    assert "--from 'cat' is not a source piece" in capsys.readouterr().err
+    assert "--from 'cat' is not a source token" in capsys.readouterr().err
+
+
+def test_words_merge_pieces_keeping_rows_distributions():
+    from transformer_mt.inference.attention_view import SentenceAttention
+
+    source = ["▁sun", "flower", "▁grow", "</s>"]
+    target = ["<s>", "▁Sonnen", "blume", "n"]
+    rng = np.random.default_rng(0)
+
+    def rows(*shape):
+        w = rng.random(shape)
+        return w / w.sum(-1, keepdims=True)
+
+    decoder = np.tril(rows(1, 2, 4, 4))
+    decoder /= decoder.sum(-1, keepdims=True)
+    view = SentenceAttention({"encoder": rows(1, 2, 4, 4), "decoder": decoder,
+                              "cross": rows(1, 2, 4, 4)}, source, target)
+    words = view.words({"<s>", "</s>"})
+    assert (words.source, words.target) == (["sunflower", "grow", "</s>"], ["<s>", "Sonnenblumen"])
+    e = view.maps["encoder"][0, 1]
+    # query word 0 = mean of pieces 0, 1; key word 0 = sum of pieces 0, 1
+    assert np.isclose(words.maps["encoder"][0, 1, 0, 0], e[:2, :2].sum() / 2)
+    assert np.isclose(words.maps["encoder"][0, 1, 2, 1], e[3, 2])
+    assert np.isclose(words.maps["cross"][0, 0, 1, 2], view.maps["cross"][0, 0, 1:, 3].mean())
+    for kind, w in words.maps.items():
+        assert np.allclose(w.sum(-1), 1.0), kind
+    assert np.triu(words.maps["decoder"], 1).max() == 0, "still causal"
 
 
 def test_the_attention_page_opens_from_disk_and_its_selectors_redraw(trained_model, tmp_path):

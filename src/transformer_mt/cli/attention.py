@@ -12,7 +12,9 @@ from ..inference.attention_view import (
     SentenceAttention,
     draw_from,
     draw_grid,
+    draw_head,
     draw_html,
+    save_bertviz,
     save_npz,
 )
 from ..inference.translator import Translator
@@ -27,17 +29,25 @@ def add_parser(sub) -> None:
                     "weights as attention.npz (numpy.load, allow_pickle=False), a layer x head "
                     "grid of heatmaps for each kind (encoder.png, decoder.png, cross.png), a "
                     "self-contained page with kind/layer/head selectors (attention.html, "
-                    "opens from disk), and "
-                    "with --from the paper's Figure 3 view (every head of one encoder layer "
-                    "from one source token). Layers are titled 'layer 5 of 6 (index 4)'.")
+                    "opens from disk), the weights in bertviz's head-view layout "
+                    "(bertviz.json), with --from the paper's Figure 3 view (every head of one "
+                    "encoder layer from one source token) and with --head its Figure 4 view "
+                    "(one head's full attention as lines). --words draws words instead of "
+                    "subword pieces. Layers are titled 'layer 5 of 6 (index 4)'.")
     p.add_argument("--model", required=True, type=Path, help="model or run directory")
     p.add_argument("--source", required=True, help="the source sentence")
     p.add_argument("--target", help="the target to teacher-force (default: the translation)")
     p.add_argument("--out", required=True, type=Path, help="directory to write")
     p.add_argument("--from", dest="from_word", metavar="WORD",
                    help="a source word or piece: draw every head of --layer from it")
-    p.add_argument("--layer", type=int, help="the encoder layer of --from, 0-based (default: "
-                                             "the last)")
+    p.add_argument("--head", type=int, help="draw this head's (0-based) full attention in "
+                                            "--layer as lines (from-I.png's sibling head-L-H.png)")
+    p.add_argument("--layer", type=int, help="the encoder layer of --from and --head, 0-based "
+                                             "(default: the last)")
+    p.add_argument("--words", action="store_true",
+                   help="draw words, the pieces merged (a key word's weight is the sum of its "
+                        "pieces', a query word's row the mean of theirs); attention.npz and "
+                        "bertviz.json keep the pieces")
     p.set_defaults(run=run)
 
 
@@ -52,25 +62,35 @@ def run(args: argparse.Namespace) -> int:
     view = SentenceAttention.of(maps, [vocab.piece(i) for i in src_ids],
                                 [vocab.piece(i, "target") for i in tgt_in])
     args.out.mkdir(parents=True, exist_ok=True)
-    written = [save_npz(view, args.out / "attention.npz")]
+    written = [save_npz(view, args.out / "attention.npz"),
+               save_bertviz(view, args.out / "bertviz.json")]
+    if args.words:
+        view = view.words({vocab.piece(i) for i in (model.cfg.bos_id, model.cfg.eos_id)})
     written += [draw_grid(view, kind, args.out / f"{kind}.png") for kind in KINDS]
     written.append(draw_html(view, args.out / "attention.html"))
+    n = model.cfg.n_encoder_layers
+    layer = n - 1 if args.layer is None else args.layer
+    if not 0 <= layer < n:
+        raise ValueError(f"--layer {layer}: the encoder has layers 0 .. {n - 1}")
     if args.from_word:
         query = source_index(view.source, args.from_word)
-        n = model.cfg.n_encoder_layers
-        layer = n - 1 if args.layer is None else args.layer
-        if not 0 <= layer < n:
-            raise ValueError(f"--layer {layer}: the encoder has layers 0 .. {n - 1}")
         written.append(draw_from(view, query, layer, args.out / f"from-{query}.png"))
+    if args.head is not None:
+        if not 0 <= args.head < model.cfg.n_heads:
+            raise ValueError(f"--head {args.head}: the layers have heads 0 .. "
+                             f"{model.cfg.n_heads - 1}")
+        written.append(draw_head(view, layer, args.head,
+                                 args.out / f"head-{layer}-{args.head}.png"))
     print(f"translation: {vocab.decode(out_ids)}")
     for path in written:
         print(path)
     return 0
 
 
-def source_index(pieces: list[str], word: str) -> int:
-    """The position of `word` among the source pieces (as a piece, or one starting a word)."""
-    for i, piece in enumerate(pieces):
-        if piece in (word, "\u2581" + word):
+def source_index(tokens: list[str], word: str) -> int:
+    """The position of `word` among the source tokens (pieces, or words with --words; as it
+    is or starting a word)."""
+    for i, token in enumerate(tokens):
+        if token in (word, "\u2581" + word):
             return i
-    raise ValueError(f"--from {word!r} is not a source piece; the pieces: {' '.join(pieces)}")
+    raise ValueError(f"--from {word!r} is not a source token; the tokens: {' '.join(tokens)}")

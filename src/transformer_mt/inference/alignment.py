@@ -13,6 +13,7 @@ measurement (benchmarks/results/alignment-quality-multi30k).
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import torch
@@ -76,12 +77,14 @@ def format_soft(weights_TS: Tensor) -> str:
     return " ".join(",".join(f"{p:.6f}" for p in row) for row in weights_TS.tolist())
 
 
-def word_index(pieces: list[str]) -> list[int]:
-    """Each SentencePiece piece's word (0-based): a piece beginning with '▁' begins a word."""
-    words, index = -1, []
+def word_index(pieces: list[str], specials: Collection[str] = ()) -> list[int]:
+    """Each SentencePiece piece's word (0-based): a piece beginning with '▁' begins a word;
+    each of `specials` (e.g. '<s>', '</s>') is a word of its own."""
+    words, index, alone = -1, [], False
     for piece in pieces:
-        if piece.startswith("\u2581") or words < 0:
+        if piece.startswith("\u2581") or words < 0 or alone or piece in specials:
             words += 1
+        alone = piece in specials
         index.append(words)
     return index
 

@@ -6,14 +6,19 @@ query token), and the raw weights as .npz. Layers are titled both ways, "layer 5
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from .alignment import word_index
 from .attention_maps import KINDS, AttentionMaps
 
-# N layers  H heads  Q queries  K keys
+# N layers  H heads  Q queries  K keys  W words
+
+AXES = {"encoder": ("source", "source"), "decoder": ("target", "target"),
+        "cross": ("target", "source")}  # (queries, keys) of each kind
 
 
 @dataclass
@@ -29,10 +34,30 @@ class SentenceAttention:
         return cls({kind: getattr(maps, kind)[:, 0].float().numpy() for kind in KINDS},
                    source, target)
 
+    def words(self, specials: Collection[str]) -> SentenceAttention:
+        """The same weights between words (pieces merged: '▁' begins a word, each of
+        `specials` is one): a query word's row is the mean of its pieces' rows, a key word's
+        weight the sum of its pieces', so rows still sum to 1."""
+        def merge(pieces: list[str]) -> tuple[np.ndarray, list[str]]:
+            index = word_index(pieces, specials)
+            onehot_PW = np.eye(index[-1] + 1, dtype=np.float32)[index]
+            names = ["".join(p for p, w in zip(pieces, index, strict=True) if w == k)
+                     .replace("\u2581", "") or "\u2581" for k in range(index[-1] + 1)]
+            return onehot_PW, names
+
+        (src_PW, src_words), (tgt_PW, tgt_words) = merge(self.source), merge(self.target)
+        axes = {"source": src_PW, "target": tgt_PW}
+        maps = {}
+        for kind, w_NHQK in self.maps.items():
+            q, k = AXES[kind]
+            mean_QW = axes[q] / axes[q].sum(0, keepdims=True)
+            maps[kind] = np.einsum("nhqk,qw,kv->nhwv", w_NHQK, mean_QW, axes[k])
+        return SentenceAttention(maps, src_words, tgt_words)
+
     def axes(self, kind: str) -> tuple[list[str], list[str]]:
         """(query pieces, key pieces) of one kind."""
-        return {"encoder": (self.source, self.source), "decoder": (self.target, self.target),
-                "cross": (self.target, self.source)}[kind]
+        query, key = AXES[kind]
+        return getattr(self, query), getattr(self, key)
 
 
 def layer_title(i: int, n: int) -> str:
@@ -78,32 +103,52 @@ def draw_grid(view: SentenceAttention, kind: str, path: Path) -> Path:
     return path
 
 
-def draw_from(view: SentenceAttention, query: int, layer: int, path: Path) -> Path:
-    """The paper's Figure 3 view: from one source token, every head of one encoder layer, each
-    head a colour, its weight on each token as the line's opacity."""
+def _lines(weights_QK: np.ndarray, pieces: list[str], colours: list, title: str, path: Path,
+           bold: int | None = None) -> Path:
+    """The paper's Figures 3-4 layout: the tokens in two columns, a line from query q (left)
+    to key k (right) for each weight, its opacity the weight; colours[q] colours q's lines
+    (a colour per head in Figure 3: weights_QK then holds one row per head)."""
     plt = _pyplot()
-    weights = view.maps["encoder"][layer, :, query]  # (H, K)
-    H, K = weights.shape
+    K = len(pieces)
     fig, ax = plt.subplots(figsize=(4, 0.3 * K + 1.5))
-    colours = plt.get_cmap("tab10")
-    for h in range(H):
+    for q, row in enumerate(weights_QK):
+        y = bold if bold is not None else q
         for k in range(K):
-            ax.plot([0, 1], [query, k], color=colours(h % 10), alpha=float(weights[h, k]),
-                    linewidth=2)
+            ax.plot([0, 1], [y, k], color=colours[q], alpha=float(row[k]), linewidth=2)
     for side in (0, 1):
-        for k, piece in enumerate(view.source):
+        for k, piece in enumerate(pieces):
             ax.text(side + (0.05 if side else -0.05), k, piece, ha="left" if side else "right",
-                    va="center", fontsize=8, weight="bold" if k == query and not side else None)
+                    va="center", fontsize=8, weight="bold" if k == bold and not side else None)
     ax.set_xlim(-0.6, 1.6)
     ax.set_ylim(K - 0.5, -0.5)
     ax.axis("off")
-    N = view.maps["encoder"].shape[0]
-    ax.set_title(f"encoder self-attention, {layer_title(layer, N)}, from "
-                 f"'{view.source[query]}', {H} heads", fontsize=8)
+    ax.set_title(title, fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def draw_from(view: SentenceAttention, query: int, layer: int, path: Path) -> Path:
+    """The paper's Figure 3 view: from one source token, every head of one encoder layer, each
+    head a colour, its weight on each token as the line's opacity."""
+    weights_HK = view.maps["encoder"][layer, :, query]
+    N, H = view.maps["encoder"].shape[:2]
+    tab10 = _pyplot().get_cmap("tab10")
+    return _lines(weights_HK, view.source, [tab10(h % 10) for h in range(H)],
+                  f"encoder self-attention, {layer_title(layer, N)}, from "
+                  f"'{view.source[query]}', {H} heads", path, bold=query)
+
+
+def draw_head(view: SentenceAttention, layer: int, head: int, path: Path) -> Path:
+    """The paper's Figure 4 (top) view: one head of one encoder layer, every token's attention
+    as lines to every token, the line's opacity the weight."""
+    weights_QK = view.maps["encoder"][layer, head]
+    N = view.maps["encoder"].shape[0]
+    colour = _pyplot().get_cmap("tab10")(head % 10)
+    return _lines(weights_QK, view.source, [colour] * len(weights_QK),
+                  f"encoder self-attention, {layer_title(layer, N)}, head {head + 1} "
+                  f"(index {head}), full attention", path)
 
 
 PAGE = """<!doctype html>
@@ -172,6 +217,21 @@ options($("kind"), Object.keys(data.maps), Object.keys(data.maps));
 layers(); draw();
 </script></body></html>
 """
+
+
+def save_bertviz(view: SentenceAttention, path: Path) -> Path:
+    """The weights in the layout of bertviz's head view (the `params` its head_view.js reads:
+    one entry per kind, named Encoder, Decoder and Cross as bertviz names them, weights as
+    (layers, heads, queries, keys), left_text the queries, right_text the keys)."""
+    names = {"encoder": "Encoder", "decoder": "Decoder", "cross": "Cross"}
+    attention = [{"name": names[kind], "attn": np.round(view.maps[kind], 6).tolist(),
+                  "left_text": view.axes(kind)[0], "right_text": view.axes(kind)[1]}
+                 for kind in KINDS]
+    n = view.maps["encoder"].shape[0]
+    params = {"attention": attention, "default_filter": "0", "root_div_id": "bertviz",
+              "layer": None, "heads": None, "include_layers": list(range(n))}
+    path.write_text(json.dumps(params, ensure_ascii=False), encoding="utf-8")
+    return path
 
 
 def draw_html(view: SentenceAttention, path: Path) -> Path:
