@@ -87,11 +87,14 @@ def test_the_attention_command_writes_weights_and_figures(trained_model, tmp_pat
         assert bertviz["attention"][2]["right_text"] == list(data["source"])
     assert bertviz["include_layers"] == [0, 1] and bertviz["default_filter"] == "0"
     assert main(["attention", "--model", str(trained_model), "--source", "a big dog runs .",
-                 "--out", str(tmp_path / "words"), "--words", "--from", "dog"]) == 0
+                 "--out", str(tmp_path / "words"), "--words", "--from", "dog", "--format",
+                 "svg"]) == 0
     page = (tmp_path / "words" / "attention.html").read_text(encoding="utf-8")
     data = json.loads(re.search(r'id="data">(.*?)</script>', page, re.S).group(1))
     assert data["axes"]["encoder"][0] == ["a", "big", "dog", "runs", ".", "</s>"]
-    assert (tmp_path / "words" / "from-2.png").exists()
+    for name in ("encoder", "decoder", "cross", "from-2"):
+        svg = (tmp_path / "words" / f"{name}.svg").read_text(encoding="utf-8")
+        assert svg.lstrip().startswith("<?xml") and "<svg" in svg, name
     assert main(["attention", "--model", str(trained_model), "--source", "a dog", "--out",
                  str(out), "--head", "4"]) == 2
     assert "--head 4: the layers have heads 0 .. 3" in capsys.readouterr().err

@@ -41,9 +41,11 @@ def add_parser(sub) -> None:
     p.add_argument("--from", dest="from_word", metavar="WORD",
                    help="a source word or piece: draw every head of --layer from it")
     p.add_argument("--head", type=int, help="draw this head's (0-based) full attention in "
-                                            "--layer as lines (from-I.png's sibling head-L-H.png)")
+                                            "--layer as lines (head-L-H.png)")
     p.add_argument("--layer", type=int, help="the encoder layer of --from and --head, 0-based "
                                              "(default: the last)")
+    p.add_argument("--format", choices=("png", "svg"), default="png",
+                   help="the figures' format (default png)")
     p.add_argument("--words", action="store_true",
                    help="draw words, the pieces merged (a key word's weight is the sum of its "
                         "pieces', a query word's row the mean of theirs); attention.npz and "
@@ -54,6 +56,13 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     translator = Translator.from_dir(resolve_model_dir(args.model))
     model, vocab = translator.model, translator.vocab
+    n = model.cfg.n_encoder_layers
+    layer = n - 1 if args.layer is None else args.layer
+    if not 0 <= layer < n:
+        raise ValueError(f"--layer {layer}: the encoder has layers 0 .. {n - 1}")
+    if args.head is not None and not 0 <= args.head < model.cfg.n_heads:
+        raise ValueError(f"--head {args.head}: the layers have heads 0 .. "
+                         f"{model.cfg.n_heads - 1}")
     src_ids = translator.encode_source(args.source, 0)
     out_ids = vocab.encode_target(args.target) if args.target is not None else \
         list(translator.translate_nbest([args.source])[0][0].tokens)
@@ -66,21 +75,14 @@ def run(args: argparse.Namespace) -> int:
                save_bertviz(view, args.out / "bertviz.json")]
     if args.words:
         view = view.words({vocab.piece(i) for i in (model.cfg.bos_id, model.cfg.eos_id)})
-    written += [draw_grid(view, kind, args.out / f"{kind}.png") for kind in KINDS]
+    written += [draw_grid(view, kind, args.out / f"{kind}.{args.format}") for kind in KINDS]
     written.append(draw_html(view, args.out / "attention.html"))
-    n = model.cfg.n_encoder_layers
-    layer = n - 1 if args.layer is None else args.layer
-    if not 0 <= layer < n:
-        raise ValueError(f"--layer {layer}: the encoder has layers 0 .. {n - 1}")
     if args.from_word:
         query = source_index(view.source, args.from_word)
-        written.append(draw_from(view, query, layer, args.out / f"from-{query}.png"))
+        written.append(draw_from(view, query, layer, args.out / f"from-{query}.{args.format}"))
     if args.head is not None:
-        if not 0 <= args.head < model.cfg.n_heads:
-            raise ValueError(f"--head {args.head}: the layers have heads 0 .. "
-                             f"{model.cfg.n_heads - 1}")
         written.append(draw_head(view, layer, args.head,
-                                 args.out / f"head-{layer}-{args.head}.png"))
+                                 args.out / f"head-{layer}-{args.head}.{args.format}"))
     print(f"translation: {vocab.decode(out_ids)}")
     for path in written:
         print(path)
