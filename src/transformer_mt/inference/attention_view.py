@@ -136,7 +136,7 @@ def draw_from(view: SentenceAttention, query: int, layer: int, path: Path) -> Pa
     N, H = view.maps["encoder"].shape[:2]
     tab10 = _pyplot().get_cmap("tab10")
     return _lines(weights_HK, view.source, [tab10(h % 10) for h in range(H)],
-                  f"encoder self-attention, {layer_title(layer, N)}, from "
+                  f"encoder self-attention, {layer_title(layer, N)},\nfrom "
                   f"'{view.source[query]}', {H} heads", path, bold=query)
 
 
@@ -147,7 +147,7 @@ def draw_head(view: SentenceAttention, layer: int, head: int, path: Path) -> Pat
     N = view.maps["encoder"].shape[0]
     colour = _pyplot().get_cmap("tab10")(head % 10)
     return _lines(weights_QK, view.source, [colour] * len(weights_QK),
-                  f"encoder self-attention, {layer_title(layer, N)}, head {head + 1} "
+                  f"encoder self-attention, {layer_title(layer, N)},\nhead {head + 1} "
                   f"(index {head}), full attention", path)
 
 
