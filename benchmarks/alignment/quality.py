@@ -66,6 +66,18 @@ def eflomal_links(eflomal: str, src: list[str], tgt: list[str], work: Path
     return links("fwd.txt"), links("rev.txt")
 
 
+def read_gold(path: Path, swap: bool) -> dict[int, Links]:
+    """Hand-made links by 0-based test line; `swap` turns english-german into german-english."""
+    gold = {}
+    for line in read(path):
+        if line.startswith("#") or not line.strip():
+            continue
+        number, links = line.split("\t")
+        pairs = [tuple(map(int, p.split("-"))) for p in links.split()]
+        gold[int(number) - 1] = {(j, i) if swap else (i, j) for i, j in pairs}
+    return gold
+
+
 def counts(a: Links, sure: Links, possible: Links) -> tuple[int, int, int, int]:
     return len(a & sure), len(a & possible), len(a), len(sure)
 
@@ -91,6 +103,8 @@ def main() -> None:
     p.add_argument("--data", required=True, type=Path, help="../shared/data")
     p.add_argument("--eflomal", required=True, help="the eflomal-align program")
     p.add_argument("--work", required=True, type=Path)
+    p.add_argument("--gold", type=Path, default=Path(__file__).parent /
+                   "gold-multi30k-test-en-de.txt", help="hand-made english-german links")
     p.add_argument("--out", required=True, type=Path)
     args = p.parse_args()
 
@@ -103,11 +117,17 @@ def main() -> None:
     train, test = splits["train"], splits["test"]
     fwd, rev = eflomal_links(args.eflomal, train[0] + test[0], train[1] + test[1], args.work)
     fwd, rev = fwd[len(train[0]):], rev[len(train[0]):]
+    gold = read_gold(args.gold, swap=(src_lang, tgt_lang) == ("de", "en"))
 
     n_layers, n_heads = model.cfg.n_decoder_layers, model.cfg.n_heads
-    choices = {(layer, query): AlignmentChoice(layer, None, query).resolve(n_layers, n_heads)
+    choices = {f"layer {layer} {query}": AlignmentChoice(layer, None, query)
                for layer in range(n_layers) for query in QUERIES}
-    rows: dict[str, list] = {f"layer {lay} {q}": [] for lay, q in choices} | {"diagonal": []}
+    choices |= {f"layer {layer} head {h} predicting": AlignmentChoice(layer, (h,))
+                for layer in range(n_layers) for h in range(n_heads)}
+    choices = {name: c.resolve(n_layers, n_heads) for name, c in choices.items()}
+    rows: dict[str, list] = {name: [] for name in choices} | {"diagonal": []}
+    gold_rows: dict[str, list] = {name: [] for name in [*rows, "eflomal intersection",
+                                                         "eflomal union"]}
     model.eval()
     skipped: list[int] = []
     for k, (source, target) in enumerate(zip(*test, strict=True)):
@@ -122,16 +142,25 @@ def main() -> None:
                 (len(source.split()), len(target.split())):
             skipped.append(k)  # pieces and whitespace disagree on the words
             continue
-        for (layer, query), choice in choices.items():
-            w = alignment_weights(maps.cross[layer, 0], len(src_pieces), len(out_ids), choice)
+        for name, choice in choices.items():
+            w = alignment_weights(maps.cross[choice.layer, 0], len(src_pieces), len(out_ids),
+                                  choice)
             links = set(word_pairs(hard_alignment(w), src_pieces, tgt_pieces))
-            rows[f"layer {layer} {query}"].append(counts(links, sure, possible))
-        rows["diagonal"].append(counts(diagonal(len(source.split()), len(target.split())),
-                                       sure, possible))
+            rows[name].append(counts(links, sure, possible))
+            if k in gold:
+                gold_rows[name].append(counts(links, gold[k], gold[k]))
+        monotone = diagonal(len(source.split()), len(target.split()))
+        rows["diagonal"].append(counts(monotone, sure, possible))
+        if k in gold:
+            gold_rows["diagonal"].append(counts(monotone, gold[k], gold[k]))
+            for name, links in (("eflomal intersection", sure), ("eflomal union", possible)):
+                gold_rows[name].append(counts(links, gold[k], gold[k]))
         if k % 200 == 0:
             print(f"{k} / {len(test[0])}", file=sys.stderr)
     results = {name: aer(r) | {"aer_95": interval(r)} for name, r in rows.items()}
-    best = min((n for n in results if n != "diagonal"), key=lambda n: results[n]["aer"])
+    on_gold = {name: aer(r) | {"aer_95": interval(r)} for name, r in gold_rows.items() if r}
+    best = min((n for n in results if "head" not in n and n != "diagonal"),
+               key=lambda n: results[n]["aer"])
     report = {
         "question": "which decoder layer's cross-attention aligns words best (AER vs eflomal)",
         "model": str(args.model), "languages": [src_lang, tgt_lang],
@@ -140,7 +169,11 @@ def main() -> None:
         "whitespace words; sure = forward & reverse, possible = forward | reverse",
         "sure_links": sum(len(f & r) for f, r in zip(fwd, rev, strict=True)),
         "possible_links": sum(len(f | r) for f, r in zip(fwd, rev, strict=True)),
-        "skipped": skipped, "results": results, "best": best,
+        "skipped": skipped, "results": results, "best_layer": best,
+        "gold": {"file": args.gold.name, "sentences": len(gold_rows["diagonal"]),
+                 "links": sum(len(v) for v in gold.values()),
+                 "note": "sure links only: AER = 1 - F1",
+                 "results": on_gold},
         "machine": {"cpu": platform.processor() or platform.machine(),
                     "torch": torch.__version__, "python": platform.python_version()},
         "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
@@ -149,9 +182,16 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     for name, r in results.items():
-        print(f"{name:24s} AER {r['aer']:.3f} [{r['aer_95'][0]:.3f}, {r['aer_95'][1]:.3f}]  "
-              f"P {r['precision']:.3f}  R {r['recall']:.3f}")
-    print("best:", best)
+        g = on_gold.get(name)
+        print(f"{name:32s} AER {r['aer']:.3f} [{r['aer_95'][0]:.3f}, {r['aer_95'][1]:.3f}]  "
+              f"P {r['precision']:.3f}  R {r['recall']:.3f}" +
+              (f"   gold AER {g['aer']:.3f} [{g['aer_95'][0]:.3f}, {g['aer_95'][1]:.3f}]"
+               if g else ""))
+    for name in ("eflomal intersection", "eflomal union"):
+        g = on_gold[name]
+        print(f"{name} on the gold set: AER {g['aer']:.3f} "
+              f"[{g['aer_95'][0]:.3f}, {g['aer_95'][1]:.3f}]")
+    print("best layer (all heads):", best)
 
 
 if __name__ == "__main__":
