@@ -17,11 +17,13 @@ from . import (
     info,
     prepare,
     serve,
+    table3,
     train,
     translate,
 )
 
-COMMANDS = (info, prepare, train, average, translate, evaluate, serve, convert, attention)
+COMMANDS = (info, prepare, train, average, translate, evaluate, serve, convert, attention,
+            table3)
 
 
 def build_parser() -> argparse.ArgumentParser:

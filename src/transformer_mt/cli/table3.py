@@ -1,0 +1,60 @@
+"""`transformer-mt table3`: the paper's Table 3 (variations on the Transformer), every row
+trained and scored, with the table and its plot."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..config import load_config, preset_names
+from ..training.table3 import ORDER, run_table, select_rows, summarise, write_table
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "table3", help="reproduce the paper's Table 3: every model variation, trained and scored",
+        description="Train each row of Table 3 (configs/table3/: the base model, (A) heads, "
+                    "(B) d_k, (C) size, (D) dropout and label smoothing, (E) learned "
+                    "positions, big) for the same --steps on one prepared data directory, "
+                    "score its last checkpoint on the validation split (perplexity per subword, "
+                    "beam-search BLEU as §6.1; no averaging) and write table.md, table.csv and "
+                    "table.png to --out, the paper's numbers beside ours. Sizes are the "
+                    "paper's divided by --scale (d_model, d_ff, d_k, d_v). Re-running skips "
+                    "finished rows and resumes a killed one exactly. Any config key can be "
+                    "set for every row with --section.key=value, e.g. --train.max_tokens=4096.")
+    p.add_argument("--data", required=True, type=Path, help="prepared data directory")
+    p.add_argument("--out", required=True, type=Path, help="where runs, results and the "
+                                                          "table are written")
+    p.add_argument("--rows", help="groups or rows, comma-separated, e.g. A,C or A-h1,big "
+                                  f"(default: all; the base row always runs). Rows: "
+                                  f"{', '.join(ORDER)}")
+    p.add_argument("--seeds", type=int, nargs="+", default=[1], help="training seeds "
+                                                                     "(default: 1)")
+    p.add_argument("--steps", type=int, default=100_000,
+                   help="training steps of every row, big 3x (default: the paper's 100000)")
+    p.add_argument("--scale", type=int, default=1,
+                   help="divide d_model, d_ff, d_k and d_v by this (default 1: the paper's "
+                        "sizes; 4 or 8 on a CPU)")
+    p.add_argument("--config", default="base",
+                   help=f"the base configuration: preset ({', '.join(preset_names())}) or YAML "
+                        "(default: base); rows change its model and training keys")
+    p.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: the config's, auto)")
+    p.set_defaults(run=run, overrides=[])
+
+
+def run(args: argparse.Namespace) -> int:
+    overrides = list(args.overrides) + ([f"train.device={args.device}"] if args.device else [])
+    base = load_config(args.config, overrides)
+    rows = select_rows(args.rows)
+    results = run_table(rows, base, data_dir=args.data, out_dir=args.out, scale=args.scale,
+                        steps=args.steps, seeds=args.seeds)
+    header = (f"Table 3 reproduced on {args.data}: the paper's sizes divided by {args.scale} "
+              f"(d_model, d_ff, d_k, d_v; N and h as the paper), {args.steps} steps for every "
+              f"row (big {3 * args.steps}), the last checkpoint, dev perplexity per subword and "
+              f"beam-search BLEU; mean ± sd over seeds {' '.join(map(str, args.seeds))}. The "
+              "paper's columns are its newstest2013 numbers at full size. 'agrees': the BLEU "
+              "change against base has the paper's sign; 'outside noise': larger than 2 sd of "
+              "the base row's seeds. Overrides: " + (" ".join(args.overrides) or "none") + ".")
+    for path in write_table(summarise(rows, results), args.out, header):
+        print(path)
+    return 0

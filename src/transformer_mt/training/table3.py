@@ -1,0 +1,247 @@
+"""The paper's Table 3 (variations on the Transformer) in one run.
+
+Each row of configs/table3/ is a change of the base model, written at the paper's sizes with the
+row as Table 3 prints it. Every row trains the same number of steps on the same prepared data
+(the big row three times as many, as the paper's 300K against 100K) and is scored as the paper
+scores it: the last checkpoint (no averaging), perplexity per subword of the development set
+and the BLEU of its beam search (§6.1). The sizes are divided by a scale factor K so that a CPU
+can run the table: d_model, d_ff, d_k and d_v / K; N, h, dropout and label smoothing as the
+row says. Finished rows are skipped on a re-run; a killed row resumes exactly where its last
+checkpoint left it (training/resume.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..config import PRESETS_DIR, Config, ConfigError, config_from_dict, config_to_dict, read_yaml
+from ..data.prepare import load_vocab
+from ..model.stats import model_stats
+from ..storage.files import atomic_write
+from .loop import train
+from .metrics import read_metrics
+
+log = logging.getLogger(__name__)
+
+ROWS_DIR = PRESETS_DIR / "table3"
+ORDER = ("base", "A-h1", "A-h4", "A-h16", "A-h32", "B-dk16", "B-dk32", "C-N2", "C-N4", "C-N8",
+         "C-d256", "C-d1024", "C-ff1024", "C-ff4096", "D-drop0.0", "D-drop0.2", "D-ls0.0",
+         "D-ls0.2", "E-learned", "big")
+SCALED = ("d_model", "d_ff", "d_k", "d_v")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of Table 3: its changes of the base model at the paper's sizes, and the
+    paper's numbers (`paper`: N, d_model, d_ff, h, d_k, d_v, P_drop, eps_ls, steps, ppl,
+    bleu, params, as printed; None where the paper leaves the cell blank)."""
+
+    name: str
+    group: str  # "base", "(A)" ... "(E)", "big"
+    paper: dict[str, Any]
+    model: dict[str, Any]
+    train: dict[str, Any]
+    steps_factor: int = 1
+
+    @classmethod
+    def load(cls, name: str) -> Row:
+        path = ROWS_DIR / f"{name}.yaml"
+        data = read_yaml(path.read_text(encoding="utf-8"))
+        unknown = set(data) - {"group", "paper", "model", "train", "steps_factor"}
+        if unknown:
+            raise ConfigError(f"{path}: unknown keys {sorted(unknown)}")
+        return cls(name, data["group"], data["paper"], data.get("model") or {},
+                   data.get("train") or {}, data.get("steps_factor", 1))
+
+
+def select_rows(spec: str | None = None) -> list[Row]:
+    """The rows `spec` names: groups ("A,C"), row names ("A-h1,big") or None for all; the base
+    row always first (every effect is measured against it)."""
+    if spec is None:
+        return [Row.load(name) for name in ORDER]
+    wanted = [s.strip() for s in spec.split(",") if s.strip()]
+    chosen = ["base"]
+    for item in wanted:
+        names = [n for n in ORDER if n == item or n.split("-")[0] == item.strip("()")]
+        if not names:
+            raise ConfigError(f"--rows: no row or group {item!r} (groups A-E, rows: "
+                              f"{', '.join(ORDER)})")
+        chosen += [n for n in names if n not in chosen]
+    return [Row.load(name) for name in chosen]
+
+
+def row_config(row: Row, base: Config, *, scale: int, steps: int, seed: int) -> Config:
+    """`base` changed as `row` says, its sizes divided by `scale`, trained `steps` (times the
+    row's factor) with `seed`, validated once at the end, keeping its last checkpoint only."""
+    model = config_to_dict(base.model) | row.model
+    for key in SCALED:
+        if model[key] is not None:
+            if model[key] % scale:
+                raise ConfigError(f"table3 row {row.name}: {key} {model[key]} is not divisible "
+                                  f"by --scale {scale}")
+            model[key] //= scale
+    max_steps = steps * row.steps_factor
+    train_cfg = config_to_dict(base.train) | row.train | {
+        "max_steps": max_steps, "max_epochs": 0, "max_minutes": 0.0, "seed": seed,
+        "valid_every": max_steps, "save_every": min(base.train.save_every, max_steps),
+        "keep_last": 1, "patience": 0}
+    data = config_to_dict(base) | {"model": model, "train": train_cfg}
+    return config_from_dict(Config, data, f"table3 row {row.name}")
+
+
+def run_row(row: Row, cfg: Config, data_dir: Path, out_dir: Path, seed: int) -> dict:
+    """Train one row with one seed (or resume it), score it, and record the result in
+    out_dir/results/ROW-seedS.json; a row already recorded is read back, not trained again."""
+    result_path = out_dir / "results" / f"{row.name}-seed{seed}.json"
+    if result_path.exists():
+        return json.loads(result_path.read_text(encoding="utf-8"))
+    run_dir = out_dir / "runs" / f"{row.name}-seed{seed}"
+    start = time.monotonic()
+    state = train(cfg, data_dir=data_dir, run_dir=run_dir)
+    final = [r for r in read_metrics(run_dir) if r["kind"] == "valid"
+             and r["step"] == state["step"]][-1]
+    vocab_size = len(load_vocab(data_dir))
+    result = {"row": row.name, "group": row.group, "seed": seed, "steps": state["step"],
+              "dev_ppl": final["ppl"], "dev_bleu": final["bleu"],
+              "parameters": model_stats(dataclasses.replace(cfg.model,
+                                                            vocab_size=vocab_size)).parameters,
+              "model": config_to_dict(cfg.model), "label_smoothing": cfg.train.label_smoothing,
+              "seconds_this_session": time.monotonic() - start}
+    result_path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(result_path, lambda p: p.write_text(json.dumps(result, indent=1) + "\n",
+                                                     encoding="utf-8"))
+    return result
+
+
+def run_table(rows: list[Row], base: Config, *, data_dir: Path, out_dir: Path, scale: int,
+              steps: int, seeds: list[int]) -> list[dict]:
+    """Every row with every seed, in table order, logging progress; their results."""
+    results, done = [], 0
+    total = len(rows) * len(seeds)
+    start = time.monotonic()
+    for row in rows:
+        for seed in seeds:
+            cfg = row_config(row, base, scale=scale, steps=steps, seed=seed)
+            log.info("table3 row %s seed %d (%d of %d)", row.name, seed, done + 1, total)
+            results.append(run_row(row, cfg, data_dir, out_dir, seed))
+            done += 1
+            left = (time.monotonic() - start) / done * (total - done)
+            log.info("table3 row %s seed %d: dev ppl %.2f, BLEU %.2f; about %.0f min left",
+                     row.name, seed, results[-1]["dev_ppl"], results[-1]["dev_bleu"], left / 60)
+    return results
+
+
+def summarise(rows: list[Row], results: list[dict]) -> list[dict]:
+    """One line per row (rows[0] the base row): mean and sd over seeds, the paper's numbers,
+    and whether the effect's direction (against the base row) agrees with the paper's."""
+    by_row = {row.name: [r for r in results if r["row"] == row.name] for row in rows}
+    base_bleu = [r["dev_bleu"] for r in by_row["base"]]
+    noise = 2 * statistics.stdev(base_bleu) if len(base_bleu) > 1 else None
+    lines = []
+    for row in rows:
+        found = by_row[row.name]
+        ppl, bleu = [r["dev_ppl"] for r in found], [r["dev_bleu"] for r in found]
+        line = {"row": row.name, "group": row.group, "seeds": len(found),
+                "model": found[0]["model"], "label_smoothing": found[0]["label_smoothing"],
+                "steps": found[0]["steps"], "parameters": found[0]["parameters"],
+                "dev_ppl": _mean_sd(ppl), "dev_bleu": _mean_sd(bleu), "paper": row.paper}
+        if row.name != "base":
+            line["agrees"] = agreement(statistics.mean(bleu) - statistics.mean(base_bleu),
+                                       row.paper["bleu"] - rows[0].paper["bleu"], noise)
+        lines.append(line)
+    return lines
+
+
+def agreement(ours: float, paper: float, noise: float | None) -> str:
+    """Does a BLEU change against base go the paper's way: 'yes' / 'no', and whether it is
+    outside the base row's seed noise (2 sd); the paper's 0 changes agree when within it."""
+    if noise is None:
+        band = "noise not measured"
+    else:
+        band = "outside noise" if abs(ours) > noise else "within noise"
+    if paper == 0:
+        same = noise is not None and abs(ours) <= noise
+        return f"{'yes' if same else 'no'} (paper: no change; {band})"
+    same = (ours > 0) == (paper > 0)
+    return f"{'yes' if same else 'no'} ({band})"
+
+
+def _mean_sd(values: list[float]) -> list[float | None]:
+    return [statistics.mean(values), statistics.stdev(values) if len(values) > 1 else None]
+
+
+COLUMNS = ("row", "N", "d_model", "d_ff", "h", "d_k", "d_v", "P_drop", "eps_ls", "steps",
+           "dev PPL", "dev BLEU", "params x10^6", "paper PPL", "paper BLEU",
+           "paper params x10^6", "agrees (BLEU vs base)")
+
+
+def table_cells(line: dict) -> list[str]:
+    """One summary line as the table's cells, in COLUMNS' order."""
+    m, paper = line["model"], line["paper"]
+
+    def stat(pair: list) -> str:
+        mean, sd = pair
+        return f"{mean:.2f}" if sd is None else f"{mean:.2f} ± {sd:.2f}"
+
+    def cell(value) -> str:
+        return "" if value is None else str(value)
+
+    return [line["row"], str(m["n_encoder_layers"]), str(m["d_model"]), str(m["d_ff"]),
+            str(m["n_heads"]), str(m["d_k"] or m["d_model"] // m["n_heads"]),
+            str(m["d_v"] or m["d_model"] // m["n_heads"]), str(m["dropout"]),
+            str(line["label_smoothing"]), str(line["steps"]), stat(line["dev_ppl"]),
+            stat(line["dev_bleu"]), f"{line['parameters'] / 1e6:.1f}", cell(paper["ppl"]),
+            cell(paper["bleu"]), cell(paper["params"]), line.get("agrees", "")]
+
+
+def write_table(lines: list[dict], out_dir: Path, header: str) -> list[Path]:
+    """table.md (with `header`), table.csv and table.png under out_dir."""
+    import csv
+    import io
+
+    rows = [table_cells(line) for line in lines]
+    md = [header, "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    md += ["| " + " | ".join(r) + " |" for r in rows]
+    text = io.StringIO()
+    csv.writer(text, lineterminator="\n").writerows([COLUMNS, *rows])
+    paths = [out_dir / "table.md", out_dir / "table.csv"]
+    for path, content in zip(paths, ("\n".join(md) + "\n", text.getvalue()), strict=True):
+        atomic_write(path, lambda p, c=content: p.write_text(c, encoding="utf-8"))
+    return [*paths, plot_table(lines, out_dir / "table.png")]
+
+
+def plot_table(lines: list[dict], path: Path) -> Path:
+    """Each row's change of dev PPL and BLEU against the base row (error bars: sd over
+    seeds), the paper's change marked beside it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    base, others = lines[0], lines[1:]
+    fig, axes = plt.subplots(2, 1, figsize=(max(6.0, 0.5 * len(others) + 2), 6), sharex=True)
+    for ax, key, paper_key, label in ((axes[0], "dev_ppl", "ppl", "dev PPL"),
+                                      (axes[1], "dev_bleu", "bleu", "dev BLEU")):
+        x = range(len(others))
+        ours = [line[key][0] - base[key][0] for line in others]
+        sd = [line[key][1] or 0.0 for line in others]
+        paper = [line["paper"][paper_key] - base["paper"][paper_key] for line in others]
+        ax.errorbar(x, ours, yerr=sd, fmt="o", capsize=3, label="this run")
+        ax.plot(x, paper, "x", color="C3", label="the paper (Table 3)")
+        ax.axhline(0.0, color="grey", linewidth=0.8)
+        ax.set_ylabel(f"{label} - base")
+        ax.legend(fontsize=8)
+    axes[1].set_xticks(range(len(others)), [line["row"] for line in others], rotation=60,
+                       fontsize=8)
+    fig.suptitle("Table 3: change against the base row")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,121 @@
+"""`transformer-mt table3`: every row's preset at the paper's sizes has Table 3's parameter
+count; rows scale and select as documented; the driver writes the table, skips finished rows
+and resumes a row killed with -9 to the numbers of an uninterrupted run."""
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from transformer_mt.config import ConfigError, ModelConfig, config_to_dict, load_config
+from transformer_mt.model.stats import model_stats
+from transformer_mt.training.table3 import ORDER, Row, row_config, select_rows
+
+# Table 3's words: "a shared source-target vocabulary of about 37000 tokens" (§5.1)
+VOCAB = 37_000
+
+
+def paper_sized(row: Row) -> ModelConfig:
+    return ModelConfig(**(config_to_dict(load_config("base").model) | row.model
+                          | {"vocab_size": VOCAB}))
+
+
+def test_every_row_has_the_papers_parameter_count():
+    rows = select_rows()
+    assert [r.name for r in rows] == list(ORDER)
+    exact = {r.name: model_stats(paper_sized(r)).parameters for r in rows}
+    counts = {name: n / 1e6 for name, n in exact.items()}
+    # The paper's column runs 1.95M above ours at d_model 512 (its vocabulary is only "about"
+    # 37000): that offset, in proportion to d_model, and the column's rounding to 1M
+    offset_per_dim = (65 - counts["base"]) / 512
+    for row in rows:
+        paper = row.paper["params"]
+        if paper is None:  # a blank cell: rows (A), (D), (E) keep the base's sizes
+            positions = 2 * 1024 * 512 if row.name == "E-learned" else 0  # two tables
+            assert exact[row.name] == exact["base"] + positions, row.name
+            continue
+        if row.name == "big":  # no vocabulary size gives the paper's 213 and base's 65 both
+            assert abs(counts["big"] - paper) / paper < 0.01, counts["big"]
+            continue
+        d_model = paper_sized(row).d_model
+        assert abs(counts[row.name] + offset_per_dim * d_model - paper) <= 0.6, row.name
+
+
+def test_rows_change_the_base_and_scale_its_sizes():
+    base = load_config("base")
+    h1 = row_config(Row.load("A-h1"), base, scale=8, steps=40, seed=3)
+    assert (h1.model.n_heads, h1.model.d_k, h1.model.d_v, h1.model.d_model, h1.model.d_ff) == \
+        (1, 64, 64, 64, 256)
+    assert (h1.train.max_steps, h1.train.seed, h1.train.valid_every) == (40, 3, 40)
+    big = row_config(Row.load("big"), base, scale=8, steps=40, seed=1)
+    assert (big.model.d_model, big.model.n_heads, big.model.dropout, big.train.max_steps) == \
+        (128, 16, 0.3, 120)
+    ls = row_config(Row.load("D-ls0.2"), base, scale=8, steps=40, seed=1)
+    assert ls.train.label_smoothing == 0.2 and ls.model == row_config(
+        Row.load("base"), base, scale=8, steps=40, seed=1).model
+    assert row_config(Row.load("E-learned"), base, scale=8, steps=1, seed=1).model.positional \
+        == "learned"
+    with pytest.raises(ConfigError, match="row A-h32: d_k 16 is not divisible by --scale 32"):
+        row_config(Row.load("A-h32"), base, scale=32, steps=1, seed=1)
+
+
+def test_row_selection():
+    assert [r.name for r in select_rows("A,big")] == ["base", "A-h1", "A-h4", "A-h16",
+                                                       "A-h32", "big"]
+    assert [r.name for r in select_rows("(C),D-ls0.0")][:2] == ["base", "C-N2"]
+    with pytest.raises(ConfigError, match="no row or group 'F'"):
+        select_rows("F")
+
+
+def table3(data: Path, out: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "transformer_mt", "table3", "--data", str(data), "--out",
+            str(out), "--scale", "16", "--steps", "24", "--train.max_tokens=600",
+            "--train.warmup_steps=10", "--train.save_every=6", "--train.threads=1",
+            "--train.log_every=6", "--decode.batch_size=200", "--decode.max_length_offset=8",
+            *extra]
+
+
+def test_the_driver_writes_the_table_skips_finished_rows_and_resumes_a_killed_one(
+        prepared_corpus, tmp_path):
+    env = os.environ | {"PYTHONHASHSEED": "0"}
+    straight = tmp_path / "straight"
+    subprocess.run(table3(prepared_corpus, straight, "--rows", "D-ls0.2"), check=True, env=env,
+                   capture_output=True)
+    with open(straight / "table.csv", encoding="utf-8") as f:
+        table = list(csv.reader(f))
+    assert [r[0] for r in table] == ["row", "base", "D-ls0.2"]
+    assert table[2][8] == "0.2" and table[1][2] == "32" and table[1][5] == "4"  # 512/16, 64/16
+    assert "agrees" in table[0][-1] and table[2][-1].startswith(("yes", "no"))
+    assert (straight / "table.png").stat().st_size > 10_000
+    assert "| base | 6 | 32 | 128 | 8 | 4 | 4 |" in (straight / "table.md").read_text()
+
+    killed = tmp_path / "killed"  # the base row finished, then D-ls0.2 killed mid-run
+    proc = subprocess.Popen(table3(prepared_corpus, killed, "--rows", "D-ls0.2"), env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    checkpoints = killed / "runs" / "D-ls0.2-seed1" / "checkpoints"
+    deadline = time.monotonic() + 300
+    while not (checkpoints.exists() and any(checkpoints.glob("step_*"))):
+        assert proc.poll() is None and time.monotonic() < deadline, "the row never saved"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (killed / "results" / "D-ls0.2-seed1.json").exists(), "killed before the end"
+    base_result = (killed / "results" / "base-seed1.json").stat().st_mtime_ns
+    done = subprocess.run(table3(prepared_corpus, killed, "--rows", "D-ls0.2"), check=True,
+                          env=env, capture_output=True, text=True)
+    assert "table3 row base seed 1: dev ppl" in done.stderr
+    assert (killed / "results" / "base-seed1.json").stat().st_mtime_ns == base_result
+    assert "resuming from" in done.stderr, done.stderr
+    for name in ("base-seed1", "D-ls0.2-seed1"):
+        ours = json.loads((killed / "results" / f"{name}.json").read_text())
+        theirs = json.loads((straight / "results" / f"{name}.json").read_text())
+        assert {k: ours[k] for k in ("steps", "dev_ppl", "dev_bleu", "parameters")} == \
+            {k: theirs[k] for k in ("steps", "dev_ppl", "dev_bleu", "parameters")}, name
+    assert (killed / "table.md").read_text() == (straight / "table.md").read_text().replace(
+        str(straight), str(killed))
