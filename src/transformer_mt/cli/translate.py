@@ -48,10 +48,11 @@ def add_parser(sub) -> None:
                    help="write fairseq's H-/A- lines: 'H-i<TAB>score<TAB>text', then "
                         "'A-i<TAB>...' from encoder-decoder attention, EOS left out: hard "
                         "(the default) 'src-tgt' pairs of 0-based subword positions, soft each "
-                        "output token's weights over the source tokens (docs/decoding.md)")
+                        "output token's weights over the source tokens (docs/attention.md)")
     p.add_argument("--alignment-layer", type=int, metavar="N",
-                   help="the decoder layer (0-based) that aligns; default the one measured "
-                        f"best, {DEFAULT_LAYER_FROM_TOP} from the top")
+                   help="the decoder layer (0-based) that aligns; default N - "
+                        f"{DEFAULT_LAYER_FROM_TOP} of an N-layer decoder, the one measured "
+                        "best (docs/attention.md)")
     p.add_argument("--alignment-heads", type=heads, metavar="H,H",
                    help="the heads averaged, 0-based (default: all)")
     p.add_argument("--alignment-query", choices=QUERIES, default="predicting",
