@@ -46,7 +46,8 @@ def test_the_chosen_heads_are_averaged():
 
 
 def test_choices_outside_the_model_are_refused():
-    assert AlignmentChoice().resolve(6, 8).layer == 4  # the penultimate of six
+    assert AlignmentChoice().resolve(6, 8).layer == 3  # DEFAULT_LAYER_FROM_TOP
+    assert AlignmentChoice().resolve(2, 8).layer == 0
     assert AlignmentChoice(0).resolve(6, 8).layer == 0
     for bad, message in ((AlignmentChoice(6), "the decoder has layers 0 .. 5"),
                          (AlignmentChoice(1, (8,)), "the layers have heads 0 .. 7"),
