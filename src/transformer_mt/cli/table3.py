@@ -7,7 +7,14 @@ import argparse
 from pathlib import Path
 
 from ..config import load_config, preset_names
-from ..training.table3 import ORDER, run_table, select_rows, summarise, write_table
+from ..training.table3 import (
+    ORDER,
+    recorded,
+    run_table,
+    select_rows,
+    summarise,
+    write_table,
+)
 
 
 def add_parser(sub) -> None:
@@ -39,6 +46,9 @@ def add_parser(sub) -> None:
                    help=f"the base configuration: preset ({', '.join(preset_names())}) or YAML "
                         "(default: base); rows change its model and training keys")
     p.add_argument("--device", help="cpu, cuda, cuda:1 ... (default: the config's, auto)")
+    p.add_argument("--report", action="store_true",
+                   help="train nothing: write the table of the rows recorded so far (e.g. "
+                        "while a run goes on)")
     p.set_defaults(run=run, overrides=[])
 
 
@@ -46,8 +56,11 @@ def run(args: argparse.Namespace) -> int:
     overrides = list(args.overrides) + ([f"train.device={args.device}"] if args.device else [])
     base = load_config(args.config, overrides)
     rows = select_rows(args.rows)
-    results = run_table(rows, base, data_dir=args.data, out_dir=args.out, scale=args.scale,
-                        steps=args.steps, seeds=args.seeds)
+    if args.report:
+        results = recorded(rows, args.out, args.seeds)
+    else:
+        results = run_table(rows, base, data_dir=args.data, out_dir=args.out,
+                            scale=args.scale, steps=args.steps, seeds=args.seeds)
     header = (f"Table 3 reproduced on {args.data}: the paper's sizes divided by {args.scale} "
               f"(d_model, d_ff, d_k, d_v; N and h as the paper), {args.steps} steps for every "
               f"row (big {3 * args.steps}), the last checkpoint, dev perplexity per subword and "

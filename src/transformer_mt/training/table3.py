@@ -120,6 +120,13 @@ def run_row(row: Row, cfg: Config, data_dir: Path, out_dir: Path, seed: int) -> 
     return result
 
 
+def recorded(rows: list[Row], out_dir: Path, seeds: list[int]) -> list[dict]:
+    """The results already recorded under out_dir for these rows and seeds (a table of the
+    run so far)."""
+    paths = [out_dir / "results" / f"{row.name}-seed{seed}.json" for row in rows for seed in seeds]
+    return [json.loads(p.read_text(encoding="utf-8")) for p in paths if p.exists()]
+
+
 def run_table(rows: list[Row], base: Config, *, data_dir: Path, out_dir: Path, scale: int,
               steps: int, seeds: list[int]) -> list[dict]:
     """Every row with every seed, in table order, logging progress; their results."""
@@ -142,6 +149,10 @@ def summarise(rows: list[Row], results: list[dict]) -> list[dict]:
     """One line per row (rows[0] the base row): mean and sd over seeds, the paper's numbers,
     and whether the effect's direction (against the base row) agrees with the paper's."""
     by_row = {row.name: [r for r in results if r["row"] == row.name] for row in rows}
+    if not by_row["base"]:
+        raise ConfigError("table3: the base row has no result yet; every row is compared "
+                          "with it")
+    rows = [row for row in rows if by_row[row.name]]  # rows not run yet are left out
     base_bleu = [r["dev_bleu"] for r in by_row["base"]]
     noise = 2 * statistics.stdev(base_bleu) if len(base_bleu) > 1 else None
     lines = []
