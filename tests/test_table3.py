@@ -52,7 +52,8 @@ def test_rows_change_the_base_and_scale_its_sizes():
     h1 = row_config(Row.load("A-h1"), base, scale=8, steps=40, seed=3)
     assert (h1.model.n_heads, h1.model.d_k, h1.model.d_v, h1.model.d_model, h1.model.d_ff) == \
         (1, 64, 64, 64, 256)
-    assert (h1.train.max_steps, h1.train.seed, h1.train.valid_every) == (40, 3, 40)
+    assert (h1.train.max_steps, h1.train.seed, h1.train.valid_every, h1.train.save_every) == \
+        (40, 3, 40, 10)
     big = row_config(Row.load("big"), base, scale=8, steps=40, seed=1)
     assert (big.model.d_model, big.model.n_heads, big.model.dropout, big.train.max_steps) == \
         (128, 16, 0.3, 120)

@@ -79,7 +79,8 @@ def select_rows(spec: str | None = None) -> list[Row]:
 
 def row_config(row: Row, base: Config, *, scale: int, steps: int, seed: int) -> Config:
     """`base` changed as `row` says, its sizes divided by `scale`, trained `steps` (times the
-    row's factor) with `seed`, validated once at the end, keeping its last checkpoint only."""
+    row's factor) with `seed`, validated once at the end, saved at least every quarter of its
+    steps (a killed row loses little), keeping its last checkpoint only."""
     model = config_to_dict(base.model) | row.model
     for key in SCALED:
         if model[key] is not None:
@@ -90,7 +91,7 @@ def row_config(row: Row, base: Config, *, scale: int, steps: int, seed: int) -> 
     max_steps = steps * row.steps_factor
     train_cfg = config_to_dict(base.train) | row.train | {
         "max_steps": max_steps, "max_epochs": 0, "max_minutes": 0.0, "seed": seed,
-        "valid_every": max_steps, "save_every": min(base.train.save_every, max_steps),
+        "valid_every": max_steps, "save_every": min(base.train.save_every, max(1, max_steps // 4)),
         "keep_last": 1, "patience": 0}
     data = config_to_dict(base) | {"model": model, "train": train_cfg}
     return config_from_dict(Config, data, f"table3 row {row.name}")
