@@ -1,0 +1,158 @@
+"""Constituency trees as sequences, for the paper's §6.3 parsing experiment.
+
+Penn Treebank trees are read, preprocessed as parsers do (function tags cut, `-NONE-` empty
+elements removed with the constituents they leave empty, the unlabeled root removed) and
+linearised as Vinyals et al. (2015) do: an opening token per constituent ("(NP"), a closing
+token with its label (")NP"), and per word its POS tag or the placeholder XX. The source of a
+parsing pair is the words, the target the linearised tree. `restore` rebuilds a tree from a
+predicted sequence and the sentence's words, repairing what a model may get wrong, and says
+what it repaired.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+PLACEHOLDER = "XX"
+TOKENS = re.compile(r"\(|\)|[^\s()]+")
+PARENS = ("(", ")")
+NO_FUNCTION_TAGS = ("-NONE-", "-LRB-", "-RRB-")  # labels that begin with a dash
+
+
+class TreeError(ValueError):
+    """Text that is not one well-formed bracketed tree."""
+
+
+@dataclass
+class Tree:
+    """A constituent (label, children) or a pre-terminal (label = POS tag, word)."""
+
+    label: str
+    children: list[Tree] = field(default_factory=list)
+    word: str | None = None
+
+    def words(self) -> list[str]:
+        return [self.word] if self.word is not None else \
+            [w for child in self.children for w in child.words()]
+
+    def tags(self) -> list[str]:
+        return [self.label] if self.word is not None else \
+            [t for child in self.children for t in child.tags()]
+
+    def __str__(self) -> str:
+        if self.word is not None:
+            return f"({self.label} {self.word})"
+        return f"({self.label} {' '.join(map(str, self.children))})"
+
+
+def parse_tree(text: str) -> Tree:
+    """One bracketed tree; `( (S ...) )`, the Treebank's unlabeled root, gets the label ''."""
+    tokens = TOKENS.findall(text)
+    stack: list[Tree] = []
+    done: Tree | None = None
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        if done is not None:
+            raise TreeError("unbalanced: too many closing brackets" if token == ")" else
+                            f"text after the tree's end: {' '.join(tokens[i:i + 5])}")
+        if token == "(":
+            label = tokens[i + 1] if i + 1 < len(tokens) and tokens[i + 1] not in PARENS else ""
+            i += 2 if label else 1
+            if i + 1 < len(tokens) and tokens[i] not in PARENS and tokens[i + 1] == ")":
+                node = Tree(label, word=tokens[i])
+                i += 2
+                if not stack:
+                    raise TreeError(f"a pre-terminal outside a tree: {node}")
+                stack[-1].children.append(node)
+                continue
+            if i < len(tokens) and tokens[i] not in PARENS:
+                raise TreeError(f"more than a word in ({label} {tokens[i]} ...")
+            stack.append(Tree(label))
+        elif token == ")":
+            if not stack:
+                raise TreeError("unbalanced: too many closing brackets")
+            node = stack.pop()
+            if stack:
+                stack[-1].children.append(node)
+            else:
+                done = node
+            i += 1
+        else:
+            raise TreeError(f"a word outside brackets: {token!r}")
+    if stack or done is None:
+        raise TreeError("unbalanced: too many opening brackets" if stack else "no tree")
+    return done
+
+
+def preprocess(tree: Tree) -> Tree | None:
+    """Function tags cut (NP-SBJ-1 -> NP, NP=2 -> NP), -NONE- elements and the constituents
+    they empty removed, the unlabeled root removed; None if nothing is left."""
+    if tree.word is not None:
+        return None if tree.label == "-NONE-" else Tree(tree.label, word=tree.word)
+    label = tree.label if tree.label in NO_FUNCTION_TAGS else \
+        re.split(r"(?<=.)[-=]", tree.label, maxsplit=1)[0]
+    children = [c for c in (preprocess(child) for child in tree.children) if c is not None]
+    if not children:
+        return None
+    if label == "" and len(children) == 1:
+        return children[0]
+    return Tree(label, children)
+
+
+def linearise(tree: Tree, *, tags: bool = False) -> list[str]:
+    """Vinyals et al.'s sequence: "(S (NP XX XX )NP (VP XX )VP )S"; `tags` writes each POS
+    tag instead of XX."""
+    if tree.word is not None:
+        return [tree.label if tags else PLACEHOLDER]
+    return [f"({tree.label}", *(t for child in tree.children for t in linearise(child, tags=tags)),
+            f"){tree.label}"]
+
+
+@dataclass
+class Restored:
+    tree: Tree
+    repairs: list[str]  # what was wrong with the sequence; empty when it was well-formed
+
+
+def restore(tokens: list[str], words: list[str], *, root: str = "S") -> Restored:
+    """The tree of a (predicted) sequence, its word slots (XX or tags) filled with `words`.
+    Repairs, each named in .repairs: a closing token with no open constituent is dropped; one
+    whose label differs from the open constituent's closes that one; constituents left open
+    are closed; word slots beyond the sentence's words are dropped and missing words are
+    added, tagged XX, to the last open constituent; several top-level constituents (or none)
+    are put under one `root`. The result always has exactly `words` as its words."""
+    repairs: list[str] = []
+    stack: list[Tree] = [Tree("")]  # a holder of the top-level constituents
+    next_word = 0
+    for token in tokens:
+        if token.startswith("(") and len(token) > 1:
+            stack.append(Tree(token[1:]))
+        elif token.startswith(")") and len(token) > 1:
+            if len(stack) == 1:
+                repairs.append(f"dropped {token}: nothing open")
+                continue
+            node = stack.pop()
+            if node.label != token[1:]:
+                repairs.append(f"{token} closed ({node.label}")
+            stack[-1].children.append(node)
+        elif next_word < len(words):
+            stack[-1].children.append(Tree(token, word=words[next_word]))
+            next_word += 1
+        else:
+            repairs.append(f"dropped word slot {token}: the sentence has {len(words)} words")
+    if next_word < len(words):
+        repairs.append(f"added {len(words) - next_word} missing words")
+        stack[-1].children += [Tree(PLACEHOLDER, word=w) for w in words[next_word:]]
+    if len(stack) > 1:
+        repairs.append(f"closed {len(stack) - 1} open constituents")
+    while len(stack) > 1:
+        node = stack.pop()
+        stack[-1].children.append(node)
+    top = stack[0].children
+    if len(top) == 1 and top[0].word is None:
+        return Restored(top[0], repairs)
+    if top:
+        repairs.append(f"put {len(top)} top-level items under ({root}")
+    return Restored(Tree(root, top or [Tree(PLACEHOLDER, word=w) for w in words]), repairs)
