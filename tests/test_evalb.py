@@ -94,6 +94,9 @@ def test_mismatches_are_counted_and_scored_by_the_strict_summary():
     assert strict["complete_match"] == 25.0
     with pytest.raises(BracketError, match="unbalanced"):
         read_bracketing("(S (X a)", EvalbParams())
+    # as EVALB reads them: "(X )" is a pre-terminal with an empty word, "(X)" an empty bracket
+    assert read_bracketing("(S (NP ) (X a))", EvalbParams()).words == ["", "a"]
+    assert read_bracketing("(S (NP) (X a))", EvalbParams()).words == ["a"]
 
 
 def test_parameter_files_refuse_what_is_not_implemented(tmp_path):

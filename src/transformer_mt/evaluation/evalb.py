@@ -81,38 +81,49 @@ class Bracketing:
     length: int = 0
 
 
-TOKENS = re.compile(r"\(|\)|[^\s()]+")
-PARENS = ("(", ")")
+def _name(line: str, i: int) -> tuple[str, int]:
+    """The label or word starting at i (up to a space or bracket) and the index after it."""
+    j = i
+    while j < len(line) and not line[j].isspace() and line[j] not in "()":
+        j += 1
+    return line[i:j], j
 
 
 def read_bracketing(line: str, params: EvalbParams) -> Bracketing:
-    """Parse one bracketed tree (or several side by side, as EVALB accepts)."""
-    tokens = TOKENS.findall(line)
+    """Parse one bracketed tree (or several side by side), character by character as EVALB's
+    read_line does: "(LABEL word)" is a pre-terminal only where a space follows the label
+    ("(X )" is one with an empty word, "(X)" a bracket spanning nothing)."""
     out, stack, raw = Bracketing(), [], []
     i = 0
-    while i < len(tokens):
-        token = tokens[i]
-        if token == "(":
-            label = tokens[i + 1] if i + 1 < len(tokens) and tokens[i + 1] not in PARENS else ""
-            i += 2 if label else 1
-            if i < len(tokens) and tokens[i] not in PARENS:  # a pre-terminal: (TAG word)
-                if i + 1 >= len(tokens) or tokens[i + 1] != ")":
-                    raise BracketError(f"more than two elements in ({label} {tokens[i]} ...")
-                out.length += label not in params.delete_labels_for_length
-                if label not in params.delete_labels:
-                    out.words.append(tokens[i])
-                    out.tags.append(label)
-                i += 2
-                continue
+    while i < len(line):
+        c = line[i]
+        if c.isspace():
+            i += 1
+        elif c == "(":
+            label, i = _name(line, i + 1)
+            if i < len(line) and line[i].isspace():
+                q = i
+                while q < len(line) and line[q].isspace():
+                    q += 1
+                word, q = _name(line, q)
+                if q < len(line) and line[q] == ")":  # a pre-terminal: (TAG word)
+                    out.length += label not in params.delete_labels_for_length
+                    if label not in params.delete_labels:
+                        out.words.append(word)
+                        out.tags.append(label)
+                    i = q + 1
+                    continue
+                if q < len(line) and line[q] != "(":
+                    raise BracketError(f"more than two elements in ({label} {word} ...")
             stack.append((label, len(out.words)))
-        elif token == ")":
+        elif c == ")":
             if not stack:
                 raise BracketError("unbalanced: too many closing brackets")
             label, start = stack.pop()
             raw.append((label, start, len(out.words)))
             i += 1
         else:
-            raise BracketError(f"a word outside brackets: {token!r}")
+            raise BracketError(f"a word outside brackets: {_name(line, i)[0]!r}")
     if stack:
         raise BracketError("unbalanced: too many opening brackets")
     for label, start, end in raw:
