@@ -15,6 +15,7 @@ from . import (
     convert,
     evaluate,
     info,
+    parse,
     prepare,
     serve,
     table3,
@@ -23,7 +24,7 @@ from . import (
 )
 
 COMMANDS = (info, prepare, train, average, translate, evaluate, serve, convert, attention,
-            table3)
+            table3, parse)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -17,6 +17,10 @@ from dataclasses import dataclass, field
 PLACEHOLDER = "XX"
 TOKENS = re.compile(r"\(|\)|[^\s()]+")
 PARENS = ("(", ")")
+# The Treebank's punctuation tags, which follow from the word: a placeholder slot filled with
+# one of these words gets its tag, so that EVALB's COLLINS.prm deletes it as it does the gold's.
+PUNCTUATION_TAGS = {",": ",", ".": ".", "?": ".", "!": ".", ":": ":", ";": ":", "--": ":",
+                    "...": ":", "``": "``", "''": "''"}
 NO_FUNCTION_TAGS = ("-NONE-", "-LRB-", "-RRB-")  # labels that begin with a dash
 
 
@@ -113,11 +117,12 @@ def linearise(tree: Tree, *, tags: bool = False) -> list[str]:
 @dataclass
 class Restored:
     tree: Tree
-    repairs: list[str]  # what was wrong with the sequence; empty when it was well-formed
+    repairs: list[str]  # "kind: detail" of each repair; empty when the sequence was well-formed
 
 
 def restore(tokens: list[str], words: list[str], *, root: str = "S") -> Restored:
-    """The tree of a (predicted) sequence, its word slots (XX or tags) filled with `words`.
+    """The tree of a (predicted) sequence, its word slots (XX or tags) filled with `words`
+    (an XX slot of a punctuation word gets its Treebank tag: PUNCTUATION_TAGS).
     Repairs, each named in .repairs: a closing token with no open constituent is dropped; one
     whose label differs from the open constituent's closes that one; constituents left open
     are closed; word slots beyond the sentence's words are dropped and missing words are
@@ -131,22 +136,25 @@ def restore(tokens: list[str], words: list[str], *, root: str = "S") -> Restored
             stack.append(Tree(token[1:]))
         elif token.startswith(")") and len(token) > 1:
             if len(stack) == 1:
-                repairs.append(f"dropped {token}: nothing open")
+                repairs.append(f"unopened: dropped {token}, nothing open")
                 continue
             node = stack.pop()
             if node.label != token[1:]:
-                repairs.append(f"{token} closed ({node.label}")
+                repairs.append(f"mislabelled: {token} closed ({node.label}")
             stack[-1].children.append(node)
         elif next_word < len(words):
-            stack[-1].children.append(Tree(token, word=words[next_word]))
+            word = words[next_word]
+            tag = PUNCTUATION_TAGS.get(word, token) if token == PLACEHOLDER else token
+            stack[-1].children.append(Tree(tag, word=word))
             next_word += 1
         else:
-            repairs.append(f"dropped word slot {token}: the sentence has {len(words)} words")
+            repairs.append(f"extra slot: dropped {token}, the sentence has {len(words)} words")
     if next_word < len(words):
-        repairs.append(f"added {len(words) - next_word} missing words")
-        stack[-1].children += [Tree(PLACEHOLDER, word=w) for w in words[next_word:]]
+        repairs.append(f"missing words: added {len(words) - next_word}")
+        stack[-1].children += [Tree(PUNCTUATION_TAGS.get(w, PLACEHOLDER), word=w)
+                               for w in words[next_word:]]
     if len(stack) > 1:
-        repairs.append(f"closed {len(stack) - 1} open constituents")
+        repairs.append(f"unclosed: closed {len(stack) - 1} constituents")
     while len(stack) > 1:
         node = stack.pop()
         stack[-1].children.append(node)
@@ -154,5 +162,14 @@ def restore(tokens: list[str], words: list[str], *, root: str = "S") -> Restored
     if len(top) == 1 and top[0].word is None:
         return Restored(top[0], repairs)
     if top:
-        repairs.append(f"put {len(top)} top-level items under ({root}")
-    return Restored(Tree(root, top or [Tree(PLACEHOLDER, word=w) for w in words]), repairs)
+        repairs.append(f"several roots: put {len(top)} top-level items under ({root}")
+    return Restored(Tree(root, top), repairs)
+
+
+def parsing_pair(line: str, *, tags: bool = False) -> tuple[str, str, Tree]:
+    """One Treebank line as a parsing pair: (its words, its linearised tree, the preprocessed
+    tree); a TreeError names what is wrong, and a tree of nothing but empty elements is one."""
+    tree = preprocess(parse_tree(line))
+    if tree is None:
+        raise TreeError("nothing is left after removing the empty elements")
+    return " ".join(tree.words()), " ".join(linearise(tree, tags=tags)), tree

@@ -1,0 +1,113 @@
+"""`transformer-mt parse`: English constituency parsing as sequence transduction (§6.3):
+Treebank trees to training pairs, sentences to trees, trees scored as EVALB scores them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+from ..config import DecodeConfig
+from ..data.trees import TreeError, parsing_pair, restore
+from ..evaluation.bleu import read_text
+from ..evaluation.evalb import EvalbParams, score_files, summary
+from .options import (
+    add_config_options,
+    add_model_options,
+    given,
+    open_translator,
+    section_overrides,
+)
+
+SPLITS = {"train": "train", "valid": "dev", "test": "test"}  # ours: the Treebank sample's
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("parse", help="constituency parsing (§6.3): corpus, trees, score",
+                       description="Parsing as translation from words to linearised trees "
+                                   "(Vinyals et al. 2015). `corpus` writes training pairs "
+                                   "from Treebank trees (then `prepare` and `train`, e.g. "
+                                   "--config parsing-cpu), `trees` parses sentences with a "
+                                   "model, `score` scores trees as EVALB does. docs/parsing.md.")
+    commands = p.add_subparsers(dest="parse_command", required=True)
+    c = commands.add_parser("corpus", help="Treebank trees -> words and linearised trees")
+    c.add_argument("--trees-dir", required=True, type=Path,
+                   help="train.trees, dev.trees, test.trees: one bracketed tree per line "
+                        "(../shared/data/ptb-sample)")
+    c.add_argument("--out", required=True, type=Path)
+    c.add_argument("--tags", action="store_true",
+                   help="keep POS tags in the target instead of the placeholder XX")
+    c.set_defaults(run=run_corpus)
+    t = commands.add_parser("trees", help="parse sentences (one per line, tokenised as the "
+                                          "Treebank) into bracketed trees")
+    add_model_options(t)
+    t.add_argument("--input", required=True, type=Path)
+    t.add_argument("--output", required=True, type=Path)
+    add_config_options(t, DecodeConfig, "decode")
+    t.set_defaults(run=run_trees, overrides=[])
+    s = commands.add_parser("score", help="EVALB's bracket scores of test trees against gold")
+    s.add_argument("--gold", required=True, type=Path)
+    s.add_argument("--test", required=True, type=Path)
+    s.add_argument("--prm", type=Path, help="an EVALB parameter file (default: COLLINS.prm's "
+                                            "settings)")
+    s.add_argument("--json", type=Path, help="also write the scores as JSON")
+    s.set_defaults(run=run_score)
+
+
+def run_corpus(args: argparse.Namespace) -> int:
+    args.out.mkdir(parents=True, exist_ok=True)
+    for ours, theirs in SPLITS.items():
+        path = args.trees_dir / f"{theirs}.trees"
+        words, targets, gold = [], [], []
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            try:
+                source, target, tree = parsing_pair(line, tags=args.tags)
+            except TreeError as err:
+                raise ValueError(f"{path}:{number}: {err}") from None
+            words.append(source)
+            targets.append(target)
+            gold.append(str(tree))
+        for suffix, lines in (("words", words), ("tree", targets), ("gold", gold)):
+            (args.out / f"{ours}.{suffix}").write_text("\n".join(lines) + "\n",
+                                                        encoding="utf-8")
+        print(f"{ours}: {len(words)} trees from {path}")
+    print(f"wrote {args.out}/{{train,valid,test}}.{{words,tree,gold}}; next: transformer-mt "
+          f"prepare --train-src {args.out}/train.words --train-tgt {args.out}/train.tree ...")
+    return 0
+
+
+def run_trees(args: argparse.Namespace) -> int:
+    overrides = section_overrides(args.overrides, DecodeConfig, "decode") | given(args, "decode")
+    translator, _ = open_translator(args, overrides)
+    sentences = read_text(args.input)
+    outputs = translator.translate(sentences)
+    repairs: Counter[str] = Counter()
+    repaired = 0
+    lines = []
+    for sentence, output in zip(sentences, outputs, strict=True):
+        restored = restore(output.split(), sentence.split())
+        repaired += bool(restored.repairs)
+        repairs.update(r.split(":")[0] for r in restored.repairs)
+        lines.append(str(restored.tree))
+    args.output.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print(f"{len(lines)} trees to {args.output}; {repaired} needed repair"
+          + (f" ({', '.join(f'{k} {n}' for k, n in sorted(repairs.items()))})" if repairs
+             else ""), file=sys.stderr)
+    return 0
+
+
+def run_score(args: argparse.Namespace) -> int:
+    params = EvalbParams.read(args.prm) if args.prm else EvalbParams()
+    scores = score_files(args.gold, args.test, params)
+    found = {"all": summary(scores), f"len<={params.cutoff_len}":
+             summary(scores, cutoff=params.cutoff_len), "strict": summary(scores, strict=True)}
+    for name, figures in found.items():
+        print(f"-- {name} --")
+        for key, value in figures.items():
+            print(f"{key:22s} {value:8.2f}" if isinstance(value, float) else
+                  f"{key:22s} {value:8d}")
+    if args.json:
+        args.json.write_text(json.dumps(found, indent=1) + "\n", encoding="utf-8")
+    return 0

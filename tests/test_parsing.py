@@ -1,0 +1,55 @@
+"""`transformer-mt parse` end to end on 70 generated trees: Treebank-style trees to training
+pairs, prepare, a few training steps with the parsing preset, sentences to trees (every tree
+with the sentence's words, repaired where needed), and EVALB's scores of them."""
+
+import json
+import random
+
+from transformer_mt.cli.main import main
+from transformer_mt.data.trees import parse_tree
+
+NOUNS, VERBS, DETS = ["dog", "cat", "girl", "ball", "park"], ["sees", "runs", "likes"], \
+    ["a", "the"]
+
+
+def tree(rng: random.Random) -> str:
+    def np() -> str:
+        return f"(NP-SBJ (DT {rng.choice(DETS)}) (NN {rng.choice(NOUNS)}))"
+
+    vp = f"(VP (VBZ {rng.choice(VERBS)})" + (f" {np()}" if rng.random() < 0.6 else "") + ")"
+    trace = " (SBAR (-NONE- 0) (S (-NONE- *T*-1)))" if rng.random() < 0.2 else ""
+    return f"( (S {np()} {vp}{trace} (. .)) )"
+
+
+def test_parse_corpus_train_trees_and_score_through_the_cli(tmp_path):
+    rng = random.Random(0)
+    trees = tmp_path / "treebank"
+    trees.mkdir()
+    for split, n in (("train", 50), ("dev", 10), ("test", 10)):
+        (trees / f"{split}.trees").write_text("\n".join(tree(rng) for _ in range(n)) + "\n")
+    corpus, data, run = tmp_path / "corpus", tmp_path / "data", tmp_path / "run"
+    assert main(["parse", "corpus", "--trees-dir", str(trees), "--out", str(corpus)]) == 0
+    words = (corpus / "test.words").read_text().splitlines()
+    targets = (corpus / "train.tree").read_text().splitlines()
+    assert len(words) == 10 and targets[0].startswith("(S (NP XX XX )NP (VP XX")
+    assert "-NONE-" not in (corpus / "test.gold").read_text()
+    assert main(["prepare", "--train-src", str(corpus / "train.words"), "--train-tgt",
+                 str(corpus / "train.tree"), "--valid-src", str(corpus / "valid.words"),
+                 "--valid-tgt", str(corpus / "valid.tree"), "--vocab-size", "60", "--out",
+                 str(data)]) == 0
+    assert main(["train", "--config", "parsing-cpu", "--data", str(data), "--run-dir", str(run),
+                 "--model.d_model=32", "--model.d_ff=64", "--model.n_heads=2",
+                 "--train.max_steps=30", "--train.max_tokens=800", "--train.warmup_steps=10",
+                 "--train.valid_bleu=false", "--train.threads=2"]) == 0
+    out = tmp_path / "parsed.trees"
+    assert main(["parse", "trees", "--model", str(run), "--input", str(corpus / "test.words"),
+                 "--output", str(out), "--beam-size", "4", "--max-length-offset", "40"]) == 0
+    parsed = out.read_text().splitlines()
+    assert [parse_tree(p).words() for p in parsed] == [w.split() for w in words], \
+        "every tree has its sentence's words, however malformed the output"
+    scores = tmp_path / "scores.json"
+    assert main(["parse", "score", "--gold", str(corpus / "test.gold"), "--test", str(out),
+                 "--json", str(scores)]) == 0
+    found = json.loads(scores.read_text())
+    assert found["all"]["sentences"] == 10 and found["all"]["errors"] == 0
+    assert 0.0 <= found["strict"]["f1"] == found["all"]["f1"] <= 100.0
