@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from transformer_mt.evaluation.evalb import (
+    COLLINS_DELETE,
     BracketError,
     EvalbParams,
     read_bracketing,
@@ -67,7 +68,8 @@ def test_collins_semantics_on_hand_built_trees():
     tree = read_bracketing(gold, EvalbParams())
     assert tree.words == ["The", "cat", "sat", "down"], "punctuation and traces dropped"
     assert tree.length == 5, "the cutoff length leaves out traces only"
-    assert sorted(tree.brackets) == [("NP", 0, 2), ("PRT", 3, 4), ("S", 0, 4), ("VP", 2, 4)]
+    assert sorted(tree.brackets(EvalbParams())) == [("NP", 0, 2), ("PRT", 3, 4), ("S", 0, 4),
+                                                    ("VP", 2, 4)]
     test = "(S (NP (DT The) (NN cat)) (VP (VBD sat) (ADVP (RB down))) (. .))"
     s = score_sentence(gold, test)
     assert (s.status, s.matched, s.gold, s.test, s.correct_tags) == (0, 4, 4, 4, 3), \
@@ -99,7 +101,18 @@ def test_mismatches_are_counted_and_scored_by_the_strict_summary():
     assert read_bracketing("(S (NP) (X a))", EvalbParams()).words == ["a"]
 
 
-def test_parameter_files_refuse_what_is_not_implemented(tmp_path):
-    (tmp_path / "nk.prm").write_text("DELETE_LABEL TOP\nQUOTE_LABEL POS\n", encoding="utf-8")
-    with pytest.raises(ValueError, match="nk.prm:2: QUOTE_LABEL is not supported"):
-        EvalbParams.read(tmp_path / "nk.prm")
+def test_parameter_files_refuse_unknown_keys(tmp_path):
+    (tmp_path / "x.prm").write_text("DELETE_LABEL TOP\nQUOTE_LABLE POS\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="x.prm:2: QUOTE_LABLE is not supported"):
+        EvalbParams.read(tmp_path / "x.prm")
+
+
+def test_quote_labels_put_back_a_quote_deleted_on_one_side_only():
+    nk = EvalbParams(delete_labels=frozenset(COLLINS_DELETE), quote_labels=frozenset(
+        {"``", "''", "POS"}))
+    gold = "(S (NP (NNS dogs) ('' ')) (VP (VBP run)))"
+    test = "(S (NP (NNS dogs) (POS ')) (VP (VBP run)))"
+    collins = score_sentence(gold, test)
+    assert (collins.status, collins.problem) == (1, "length mismatch (2|3)")
+    s = score_sentence(gold, test, nk)
+    assert (s.status, s.matched, s.gold, s.words, s.correct_tags) == (0, 3, 3, 3, 2)

@@ -55,6 +55,9 @@ def perturb(tree: Tree, rng: random.Random) -> str:
         else:
             leaves = [n for n in walk(tree) if n.word is not None]
             rng.choice(leaves).label = rng.choice(("NN", "VB", "JJ", "IN", "DT"))
+    for leaf in walk(tree):  # a quote or possessive mark tagged the other way (nk.prm's case)
+        if leaf.word == "'" and rng.random() < 0.5:
+            leaf.label = "''" if leaf.label == "POS" else "POS"
     line = str(tree)
     roll = rng.random()
     if roll < 0.02:

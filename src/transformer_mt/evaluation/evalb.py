@@ -10,7 +10,8 @@ span and label; a test bracket crossing any gold one counts one crossing. A sent
 line is empty is skipped (status 2), one whose words differ from the gold's is an error
 (status 1): EVALB leaves both out of its totals, which can hide broken outputs, so
 `summary(strict=True)` also scores them (no bracket matched, every gold bracket missed).
-EVALB's QUOTE_LABEL repair (nk.prm) is not implemented: a parameter file with it is refused.
+With QUOTE_LABEL (nk.prm) a quote term deleted on one side but not the other is put back
+before the lengths are compared, as EVALB's 2006 fix does.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 COLLINS_DELETE = ("TOP", "-NONE-", ",", ":", "``", "''", ".")
+QUOTE_WORDS = ("'", '"', "/")  # the words a QUOTE_LABEL term may have (EVALB's is_quote_term)
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,7 @@ class EvalbParams:
     eq_labels: frozenset[frozenset[str]] = frozenset({frozenset({"ADVP", "PRT"})})
     eq_words: frozenset[frozenset[str]] = frozenset()
     cutoff_len: int = 40
+    quote_labels: frozenset[str] = frozenset()  # nk.prm's QUOTE_LABEL; COLLINS.prm has none
 
     @classmethod
     def read(cls, path: Path) -> EvalbParams:
@@ -43,7 +46,7 @@ class EvalbParams:
                 continue
             key, _, value = line.partition(" ")
             known = {"DEBUG", "MAX_ERROR", "CUTOFF_LEN", "LABELED", "DELETE_LABEL",
-                     "DELETE_LABEL_FOR_LENGTH", "EQ_LABEL", "EQ_WORD"}
+                     "DELETE_LABEL_FOR_LENGTH", "EQ_LABEL", "EQ_WORD", "QUOTE_LABEL"}
             if key not in known:
                 raise ValueError(f"{path}:{number}: {key} is not supported (known: "
                                  f"{', '.join(sorted(known))})")
@@ -57,7 +60,8 @@ class EvalbParams:
                    delete_labels_for_length=frozenset(values.get("DELETE_LABEL_FOR_LENGTH",
                                                                  [])),
                    eq_labels=pairs("EQ_LABEL"), eq_words=pairs("EQ_WORD"),
-                   cutoff_len=int(values.get("CUTOFF_LEN", ["40"])[-1]))
+                   cutoff_len=int(values.get("CUTOFF_LEN", ["40"])[-1]),
+                   quote_labels=frozenset(values.get("QUOTE_LABEL", [])))
 
     def same_label(self, a: str, b: str) -> bool:
         return a == b or frozenset({a, b}) in self.eq_labels
@@ -71,14 +75,50 @@ class BracketError(ValueError):
 
 
 @dataclass
+class Quote:
+    """A pre-terminal that QUOTE_LABEL names (a quote or possessive mark), where it stood: its
+    word position, the brackets opened before it and those open around it (EVALB's
+    s_term_ind)."""
+
+    tag: str
+    word: str
+    index: int
+    opened_before: int
+    open_around: list[int]
+
+
+@dataclass
 class Bracketing:
-    """One tree as EVALB reads it: its words and tags (deleted pre-terminals dropped), its
-    counted brackets (label, start, end) and its length for the cutoff."""
+    """One tree as EVALB reads it: its words and tags (deleted pre-terminals dropped), every
+    bracket as [label, start, end] in the order they open, its quote terms and its length for
+    the cutoff. `brackets(params)` are the ones that count."""
 
     words: list[str] = field(default_factory=list)
     tags: list[str] = field(default_factory=list)
-    brackets: list[tuple[str, int, int]] = field(default_factory=list)
+    raw: list[list] = field(default_factory=list)
+    quotes: list[Quote] = field(default_factory=list)
     length: int = 0
+
+    def brackets(self, params: EvalbParams) -> list[tuple[str, int, int]]:
+        """Function tags cut, brackets spanning nothing or with a deleted label left out."""
+        found = []
+        for label, start, end in self.raw:
+            label = re.split(r"[-=]", label, maxsplit=1)[0]
+            if start < end and not any(params.same_label(label, d)
+                                       for d in params.delete_labels):
+                found.append((label, start, end))
+        return found
+
+    def reinsert(self, quote: Quote) -> None:
+        """Put a deleted quote term back where it stood (EVALB's reinsert_term)."""
+        self.words.insert(quote.index, quote.word)
+        self.tags.insert(quote.index, quote.tag)
+        for k, bracket in enumerate(self.raw):
+            if k >= quote.opened_before:
+                bracket[1] += 1
+                bracket[2] += 1
+        for k in quote.open_around:
+            self.raw[k][2] += 1
 
 
 def _name(line: str, i: int) -> tuple[str, int]:
@@ -93,7 +133,7 @@ def read_bracketing(line: str, params: EvalbParams) -> Bracketing:
     """Parse one bracketed tree (or several side by side), character by character as EVALB's
     read_line does: "(LABEL word)" is a pre-terminal only where a space follows the label
     ("(X )" is one with an empty word, "(X)" a bracket spanning nothing)."""
-    out, stack, raw = Bracketing(), [], []
+    out, stack = Bracketing(), []
     i = 0
     while i < len(line):
         c = line[i]
@@ -107,30 +147,51 @@ def read_bracketing(line: str, params: EvalbParams) -> Bracketing:
                     q += 1
                 word, q = _name(line, q)
                 if q < len(line) and line[q] == ")":  # a pre-terminal: (TAG word)
-                    out.length += label not in params.delete_labels_for_length
-                    if label not in params.delete_labels:
-                        out.words.append(word)
-                        out.tags.append(label)
+                    _terminal(out, label, word, stack, params)
                     i = q + 1
                     continue
                 if q < len(line) and line[q] != "(":
                     raise BracketError(f"more than two elements in ({label} {word} ...")
-            stack.append((label, len(out.words)))
+            stack.append(len(out.raw))
+            out.raw.append([label, len(out.words), None])
         elif c == ")":
             if not stack:
                 raise BracketError("unbalanced: too many closing brackets")
-            label, start = stack.pop()
-            raw.append((label, start, len(out.words)))
+            out.raw[stack.pop()][2] = len(out.words)
             i += 1
         else:
             raise BracketError(f"a word outside brackets: {_name(line, i)[0]!r}")
     if stack:
         raise BracketError("unbalanced: too many opening brackets")
-    for label, start, end in raw:
-        label = re.split(r"[-=]", label, maxsplit=1)[0]  # function tags cut, as EVALB
-        if start < end and not any(params.same_label(label, d) for d in params.delete_labels):
-            out.brackets.append((label, start, end))
     return out
+
+
+def _terminal(out: Bracketing, tag: str, word: str, stack: list[int],
+              params: EvalbParams) -> None:
+    out.length += tag not in params.delete_labels_for_length
+    if tag in params.quote_labels and word in QUOTE_WORDS:
+        out.quotes.append(Quote(tag, word, len(out.words), len(out.raw), list(stack)))
+    if tag not in params.delete_labels:
+        out.words.append(word)
+        out.tags.append(tag)
+
+
+def fix_quotes(gold: Bracketing, test: Bracketing, params: EvalbParams) -> None:
+    """EVALB's fix_quote: where a quote term's tag is deleted on one side and kept on the
+    other at the same position (a quote tagged POS, say), put it back on the deleted side."""
+    for i, theirs in enumerate(test.quotes):
+        at = theirs.index
+        for j, ours in enumerate(gold.quotes):
+            if ours.index != at or ours.tag == theirs.tag:
+                continue
+            if ours.tag in params.delete_labels and theirs.tag not in params.delete_labels:
+                gold.reinsert(ours)
+                for later in gold.quotes[j:]:
+                    later.index += 1
+            elif theirs.tag in params.delete_labels and ours.tag not in params.delete_labels:
+                test.reinsert(theirs)
+                for later in test.quotes[i:]:
+                    later.index += 1
 
 
 @dataclass(frozen=True)
@@ -152,32 +213,40 @@ def score_sentence(gold_line: str, test_line: str, params: EvalbParams = EvalbPa
                    ) -> SentenceScore:
     """One sentence: the gold tree must be well-formed; a malformed test tree is an error."""
     gold = read_bracketing(gold_line, params)
-    n_gold = len(gold.brackets)
+    n_gold = len(gold.brackets(params))
     try:
         test = read_bracketing(test_line, params)
     except BracketError as err:
         return SentenceScore(1, gold.length, 0, n_gold, 0, 0, 0, 0, str(err))
     if not test.words:
-        return SentenceScore(2, gold.length, 0, n_gold, len(test.brackets), 0, 0, 0, "empty")
+        return SentenceScore(2, gold.length, 0, n_gold, len(test.brackets(params)), 0, 0, 0,
+                             "empty")
     if len(test.words) != len(gold.words):
-        return SentenceScore(1, gold.length, 0, n_gold, len(test.brackets), 0, 0, 0,
+        fix_quotes(gold, test, params)
+    gold_brackets, test_brackets = gold.brackets(params), test.brackets(params)
+    if len(test.words) != len(gold.words):
+        return SentenceScore(1, gold.length, 0, len(gold_brackets), len(test_brackets), 0, 0, 0,
                              f"length mismatch ({len(gold.words)}|{len(test.words)})")
     for g, t in zip(gold.words, test.words, strict=True):
         if not params.same_word(g, t):
-            return SentenceScore(1, gold.length, 0, n_gold, len(test.brackets), 0, 0, 0,
-                                 f"words mismatch ({g}|{t})")
-    return SentenceScore(0, gold.length, matches(gold, test, params), n_gold,
-                         len(test.brackets), crossings(gold, test), len(gold.words),
+            return SentenceScore(1, gold.length, 0, len(gold_brackets), len(test_brackets), 0,
+                                 0, 0, f"words mismatch ({g}|{t})")
+    return SentenceScore(0, gold.length, matches(gold_brackets, test_brackets, params),
+                         len(gold_brackets), len(test_brackets),
+                         crossings(gold_brackets, test_brackets), len(gold.words),
                          sum(params.same_label(g, t) for g, t in zip(gold.tags, test.tags,
                                                                      strict=True)))
 
 
-def matches(gold: Bracketing, test: Bracketing, params: EvalbParams) -> int:
+Brackets = list[tuple[str, int, int]]
+
+
+def matches(gold: Brackets, test: Brackets, params: EvalbParams) -> int:
     """Gold brackets matched, each by the first unmatched test bracket of its span and label."""
-    used = [False] * len(test.brackets)
+    used = [False] * len(test)
     found = 0
-    for label, start, end in gold.brackets:
-        for j, (t_label, t_start, t_end) in enumerate(test.brackets):
+    for label, start, end in gold:
+        for j, (t_label, t_start, t_end) in enumerate(test):
             if not used[j] and (t_start, t_end) == (start, end) and \
                     (not params.labeled or params.same_label(label, t_label)):
                 used[j] = True
@@ -186,12 +255,12 @@ def matches(gold: Bracketing, test: Bracketing, params: EvalbParams) -> int:
     return found
 
 
-def crossings(gold: Bracketing, test: Bracketing) -> int:
+def crossings(gold: Brackets, test: Brackets) -> int:
     """Test brackets that cross at least one gold bracket."""
     def cross(g, t) -> bool:
         return (g[1] < t[1] < g[2] < t[2]) or (t[1] < g[1] < t[2] < g[2])
 
-    return sum(any(cross(g, t) for g in gold.brackets) for t in test.brackets)
+    return sum(any(cross(g, t) for g in gold) for t in test)
 
 
 def summary(scores: list[SentenceScore], *, cutoff: int | None = None, strict: bool = False
