@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from transformer_mt.evaluation.evalb import (
-    COLLINS_DELETE,
     BracketError,
     EvalbParams,
+    evalb_params,
     read_bracketing,
     score_files,
     score_sentence,
@@ -107,9 +107,14 @@ def test_parameter_files_refuse_unknown_keys(tmp_path):
         EvalbParams.read(tmp_path / "x.prm")
 
 
+def test_the_built_in_parameters_are_evalbs_files():
+    assert evalb_params("collins") == EvalbParams.read(SAMPLE / "COLLINS.prm") == EvalbParams()
+    assert evalb_params("nk") == EvalbParams.read(SAMPLE / "nk.prm")
+    assert evalb_params(str(SAMPLE / "nk.prm")) == evalb_params("nk")
+
+
 def test_quote_labels_put_back_a_quote_deleted_on_one_side_only():
-    nk = EvalbParams(delete_labels=frozenset(COLLINS_DELETE), quote_labels=frozenset(
-        {"``", "''", "POS"}))
+    nk = evalb_params("nk")
     gold = "(S (NP (NNS dogs) ('' ')) (VP (VBP run)))"
     test = "(S (NP (NNS dogs) (POS ')) (VP (VBP run)))"
     collins = score_sentence(gold, test)

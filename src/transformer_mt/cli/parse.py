@@ -12,7 +12,7 @@ from pathlib import Path
 from ..config import DecodeConfig
 from ..data.trees import TreeError, parsing_pair, restore
 from ..evaluation.bleu import read_text
-from ..evaluation.evalb import EvalbParams, score_files, summary
+from ..evaluation.evalb import evalb_params, score_files, summary
 from .options import (
     add_config_options,
     add_model_options,
@@ -50,8 +50,9 @@ def add_parser(sub) -> None:
     s = commands.add_parser("score", help="EVALB's bracket scores of test trees against gold")
     s.add_argument("--gold", required=True, type=Path)
     s.add_argument("--test", required=True, type=Path)
-    s.add_argument("--prm", type=Path, help="an EVALB parameter file (default: COLLINS.prm's "
-                                            "settings)")
+    s.add_argument("--prm", default="collins",
+                   help="EVALB's parameters: collins (COLLINS.prm, the default), nk (nk.prm) "
+                        "or a .prm file")
     s.add_argument("--json", type=Path, help="also write the scores as JSON")
     s.set_defaults(run=run_score)
 
@@ -99,7 +100,7 @@ def run_trees(args: argparse.Namespace) -> int:
 
 
 def run_score(args: argparse.Namespace) -> int:
-    params = EvalbParams.read(args.prm) if args.prm else EvalbParams()
+    params = evalb_params(args.prm)
     scores = score_files(args.gold, args.test, params)
     found = {"all": summary(scores), f"len<={params.cutoff_len}":
              summary(scores, cutoff=params.cutoff_len), "strict": summary(scores, strict=True)}

@@ -70,6 +70,18 @@ class EvalbParams:
         return a == b or frozenset({a, b}) in self.eq_words
 
 
+# nk.prm (EVALB's new.prm with MAX_ERROR raised): also S1, ? and ! deleted, and quote repair
+NK = EvalbParams(delete_labels=frozenset(COLLINS_DELETE + ("S1", "?", "!")),
+                 quote_labels=frozenset({"``", "''", "POS", "NN", "CD", "VBZ", ":"}))
+BUILT_IN = {"collins": EvalbParams(), "nk": NK}
+
+
+def evalb_params(name_or_path: str) -> EvalbParams:
+    """A built-in parameter set (collins, nk) or a .prm file."""
+    return BUILT_IN[name_or_path] if name_or_path in BUILT_IN else \
+        EvalbParams.read(Path(name_or_path))
+
+
 class BracketError(ValueError):
     """A line that is not a well-formed bracketed tree."""
 
