@@ -53,3 +53,16 @@ def test_parse_corpus_train_trees_and_score_through_the_cli(tmp_path):
     found = json.loads(scores.read_text())
     assert found["all"]["sentences"] == 10 and found["all"]["errors"] == 0
     assert 0.0 <= found["strict"]["f1"] == found["all"]["f1"] <= 100.0
+
+
+def test_a_malformed_tree_is_named_by_file_and_line(tmp_path, capsys):
+    trees = tmp_path / "treebank"
+    trees.mkdir()
+    good = "( (S (NP (NN dog)) (VP (VBZ runs))) )"
+    for split in ("train", "test"):
+        (trees / f"{split}.trees").write_text(good + "\n")
+    (trees / "dev.trees").write_text(f"{good}\n( (S (NP (NN dog)) (VP (VBZ runs)) )\n")
+    assert main(["parse", "corpus", "--trees-dir", str(trees), "--out",
+                 str(tmp_path / "out")]) == 2
+    assert "dev.trees:2: unbalanced: too many opening brackets" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "train.words").exists(), "nothing half-written"

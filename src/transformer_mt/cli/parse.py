@@ -58,22 +58,23 @@ def add_parser(sub) -> None:
 
 
 def run_corpus(args: argparse.Namespace) -> int:
-    args.out.mkdir(parents=True, exist_ok=True)
-    for ours, theirs in SPLITS.items():
+    splits = {}
+    for ours, theirs in SPLITS.items():  # every tree is read and checked before any is written
         path = args.trees_dir / f"{theirs}.trees"
-        words, targets, gold = [], [], []
+        pairs = []
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             try:
-                source, target, tree = parsing_pair(line, tags=args.tags)
+                pairs.append(parsing_pair(line, tags=args.tags))
             except TreeError as err:
                 raise ValueError(f"{path}:{number}: {err}") from None
-            words.append(source)
-            targets.append(target)
-            gold.append(str(tree))
-        for suffix, lines in (("words", words), ("tree", targets), ("gold", gold)):
+        splits[ours] = (path, pairs)
+    args.out.mkdir(parents=True, exist_ok=True)
+    for ours, (path, pairs) in splits.items():
+        for k, suffix in enumerate(("words", "tree", "gold")):
+            lines = [str(pair[k]) for pair in pairs]
             (args.out / f"{ours}.{suffix}").write_text("\n".join(lines) + "\n",
                                                         encoding="utf-8")
-        print(f"{ours}: {len(words)} trees from {path}")
+        print(f"{ours}: {len(pairs)} trees from {path}")
     print(f"wrote {args.out}/{{train,valid,test}}.{{words,tree,gold}}; next: transformer-mt "
           f"prepare --train-src {args.out}/train.words --train-tgt {args.out}/train.tree ...")
     return 0
