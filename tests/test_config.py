@@ -81,8 +81,8 @@ def test_bad_overrides_name_the_key(override, message):
 
 
 def test_unknown_preset():
-    with pytest.raises(ConfigError,
-                       match="unknown preset 'huge'.*base, big, multi30k, small, tiny"):
+    with pytest.raises(ConfigError, match="unknown preset 'huge'.*base, big, multi30k, parsing, "
+                                          "parsing-cpu, small, tiny"):
         load_config("huge")
 
 
