@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 from transformer_mt.data.trees import Tree, parse_tree
-from transformer_mt.evaluation.evalb import EvalbParams, score_files, summary
+from transformer_mt.evaluation.evalb import EVALB_NAMES, EvalbParams, score_files, summary
 
 LABELS = ("NP", "VP", "PP", "S", "SBAR", "ADJP", "ADVP", "PRT", "QP", "WHNP")
 
@@ -118,12 +118,7 @@ def main() -> None:
                   else [int(r[1]), int(r[2]), *[0] * 6] for r in rows]
     differing = [i + 1 for i, (a, b) in enumerate(zip(ours_rows, their_rows, strict=True))
                  if a != b]
-    keys = {"Bracketing Recall": "recall", "Bracketing Precision": "precision",
-            "Bracketing FMeasure": "f1", "Complete match": "complete_match",
-            "Average crossing": "average_crossing", "No crossing": "no_crossing",
-            "2 or less crossing": "two_or_less_crossing", "Tagging accuracy": "tagging_accuracy",
-            "Number of Valid sentence": "valid", "Number of Error sentence": "errors",
-            "Number of Skip  sentence": "skipped"}
+    keys = {text: key for text, key in EVALB_NAMES.items() if text != "Number of sentence"}
     compared = {}
     for section, cutoff in (("All", None), ("len<=40", 40)):
         ours = summary(scores, cutoff=cutoff)

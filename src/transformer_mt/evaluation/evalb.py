@@ -306,6 +306,16 @@ def summary(scores: list[SentenceScore], *, cutoff: int | None = None, strict: b
     }
 
 
+# EVALB's summary lines and the keys of summary() that hold the same figures
+EVALB_NAMES = {"Number of sentence": "sentences", "Number of Error sentence": "errors",
+               "Number of Skip  sentence": "skipped", "Number of Valid sentence": "valid",
+               "Bracketing Recall": "recall", "Bracketing Precision": "precision",
+               "Bracketing FMeasure": "f1", "Complete match": "complete_match",
+               "Average crossing": "average_crossing", "No crossing": "no_crossing",
+               "2 or less crossing": "two_or_less_crossing",
+               "Tagging accuracy": "tagging_accuracy"}
+
+
 def score_files(gold_path: Path, test_path: Path, params: EvalbParams = EvalbParams()
                 ) -> list[SentenceScore]:
     """Every line of two files; a differing line count is an error naming both files."""

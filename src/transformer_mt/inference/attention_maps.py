@@ -48,15 +48,18 @@ def _weights(module: MultiHeadAttention, x_BTD: Tensor, kv: tuple[Tensor, Tensor
 
 
 @contextlib.contextmanager
-def recording(model: Transformer) -> Iterator[dict[str, list[Tensor]]]:
-    """Within the block, every call of the model's attention modules adds its weights to
-    {kind: [per layer, in call order]}."""
-    found: dict[str, list[Tensor]] = {kind: [] for kind in KINDS}
+def recording(model: Transformer, kinds: tuple[str, ...] = KINDS
+              ) -> Iterator[dict[str, list[Tensor]]]:
+    """Within the block, every call of the model's attention modules of `kinds` adds its
+    weights to {kind: [per layer, in call order]} (the other modules are not hooked)."""
+    found: dict[str, list[Tensor]] = {kind: [] for kind in kinds}
     handles = []
     for name, module in model.named_modules():
         if isinstance(module, MultiHeadAttention):
             kind = "encoder" if name.startswith("encoder.") else \
                 "cross" if name.endswith("cross_attn") else "decoder"
+            if kind not in kinds:
+                continue
 
             def hook(module, args, _output, kind=kind):
                 with torch.no_grad():

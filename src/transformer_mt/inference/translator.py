@@ -28,7 +28,7 @@ from ..model.attention import attention_kernels
 from ..model.transformer import Transformer
 from ..storage.model_dir import VOCAB_FILE, load_model
 from .alignment import AlignmentChoice, alignment_weights
-from .attention_maps import attention_maps
+from .attention_maps import recording
 from .ensemble import Ensemble
 from .quantize import quantize_int8
 from .search import BeamSearch, DecodingModel, Hypothesis, generate
@@ -184,9 +184,10 @@ class Translator:
         for src_ids, out in zip(sources, outputs, strict=True):  # one at a time: no padding
             src_BS = self._padded([src_ids])
             tgt_BT = torch.tensor([[bos, *out.tokens]], device=self.device)
-            _, maps = attention_maps(self.model, src_BS, tgt_BT)
-            found.append(alignment_weights(maps.cross[choice.layer, 0].cpu(), len(src_ids) - 1,
-                                           len(out.tokens), choice))
+            with torch.inference_mode(), recording(self.model, ("cross",)) as weights:
+                self.model(src_BS, tgt_BT)  # only the cross-attention weights are recomputed
+            found.append(alignment_weights(weights["cross"][choice.layer][0].cpu(),
+                                           len(src_ids) - 1, len(out.tokens), choice))
         return found
 
     def translate(self, sentences: Sequence[str]) -> list[str]:
