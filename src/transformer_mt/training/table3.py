@@ -15,8 +15,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import multiprocessing
+import os
 import statistics
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -129,21 +132,43 @@ def recorded(rows: list[Row], out_dir: Path, seeds: list[int]) -> list[dict]:
 
 
 def run_table(rows: list[Row], base: Config, *, data_dir: Path, out_dir: Path, scale: int,
-              steps: int, seeds: list[int]) -> list[dict]:
-    """Every row with every seed, in table order, logging progress; their results."""
-    results, done = [], 0
-    total = len(rows) * len(seeds)
+              steps: int, seeds: list[int], jobs: int = 1) -> list[dict]:
+    """Every row with every seed, `jobs` at a time (each in its own process with its share of
+    the CPU's threads unless the config sets train.threads), logging progress; their results
+    in table order."""
+    if jobs > 1 and not base.train.threads:
+        threads = max(1, (os.cpu_count() or 1) // jobs)
+        base = dataclasses.replace(base, train=dataclasses.replace(base.train, threads=threads))
+    tasks = [(row, row_config(row, base, scale=scale, steps=steps, seed=seed), seed)
+             for row in rows for seed in seeds]
+    results: dict[tuple[str, int], dict] = {}
     start = time.monotonic()
-    for row in rows:
-        for seed in seeds:
-            cfg = row_config(row, base, scale=scale, steps=steps, seed=seed)
-            log.info("table3 row %s seed %d (%d of %d)", row.name, seed, done + 1, total)
-            results.append(run_row(row, cfg, data_dir, out_dir, seed))
-            done += 1
-            left = (time.monotonic() - start) / done * (total - done)
-            log.info("table3 row %s seed %d: dev ppl %.2f, BLEU %.2f; about %.0f min left",
-                     row.name, seed, results[-1]["dev_ppl"], results[-1]["dev_bleu"], left / 60)
-    return results
+
+    def finished(row: Row, seed: int, result: dict) -> None:
+        results[row.name, seed] = result
+        left = (time.monotonic() - start) / len(results) * (len(tasks) - len(results))
+        log.info("table3 row %s seed %d (%d of %d done): dev ppl %.2f, BLEU %.2f; about %.0f "
+                 "min left", row.name, seed, len(results), len(tasks), result["dev_ppl"],
+                 result["dev_bleu"], left / 60)
+
+    if jobs == 1:
+        for row, cfg, seed in tasks:
+            log.info("table3 row %s seed %d", row.name, seed)
+            finished(row, seed, run_row(row, cfg, data_dir, out_dir, seed))
+    else:
+        context = multiprocessing.get_context("spawn")  # a fresh interpreter: no forked threads
+        with ProcessPoolExecutor(jobs, mp_context=context, initializer=_log_to_stderr) as pool:
+            futures = {pool.submit(run_row, row, cfg, data_dir, out_dir, seed): (row, seed)
+                       for row, cfg, seed in tasks}
+            for future in as_completed(futures):
+                finished(*futures[future], future.result())
+    return [results[row.name, seed] for row, _, seed in tasks]
+
+
+def _log_to_stderr() -> None:
+    """A worker's logging, as the command's own (cli/main.py)."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s",
+                        datefmt="%H:%M:%S")
 
 
 def summarise(rows: list[Row], results: list[dict]) -> list[dict]:
