@@ -16,6 +16,7 @@ import pytest
 
 from transformer_mt.config import ConfigError, ModelConfig, config_to_dict, load_config
 from transformer_mt.model.stats import model_stats
+from transformer_mt.training.schedule import noam_lr
 from transformer_mt.training.table3 import ORDER, Row, row_config, select_rows
 
 # Table 3's words: "a shared source-target vocabulary of about 37000 tokens" (§5.1)
@@ -63,6 +64,14 @@ def test_rows_change_the_base_and_scale_its_sizes():
         Row.load("base"), base, scale=8, steps=40, seed=1).model
     assert row_config(Row.load("E-learned"), base, scale=8, steps=1, seed=1).model.positional \
         == "learned"
+    for name in ("base", "C-d256", "C-d1024", "big"):  # eq. (3) at the paper's d_model
+        row, paper = Row.load(name), row_config(Row.load(name), base, scale=1, steps=1, seed=1)
+        scaled = row_config(row, base, scale=8, steps=1, seed=1)
+        assert paper.model.d_model == 8 * scaled.model.d_model
+        assert noam_lr(300, d_model=scaled.model.d_model, warmup_steps=4000,
+                       scale=scaled.train.lr_scale) == pytest.approx(
+            noam_lr(300, d_model=paper.model.d_model, warmup_steps=4000,
+                    scale=paper.train.lr_scale), rel=1e-12), name
     with pytest.raises(ConfigError, match="row A-h32: d_k 16 is not divisible by --scale 32"):
         row_config(Row.load("A-h32"), base, scale=32, steps=1, seed=1)
 

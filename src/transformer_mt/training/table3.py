@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import multiprocessing
 import os
 import statistics
@@ -83,7 +84,10 @@ def select_rows(spec: str | None = None) -> list[Row]:
 def row_config(row: Row, base: Config, *, scale: int, steps: int, seed: int) -> Config:
     """`base` changed as `row` says, its sizes divided by `scale`, trained `steps` (times the
     row's factor) with `seed`, validated once at the end, saved at least every quarter of its
-    steps (a killed row loses little), keeping its last checkpoint only."""
+    steps (a killed row loses little), keeping its last checkpoint only. The learning rate is
+    eq. (3)'s at the row's paper-size d_model (lr_scale / sqrt(scale)): a scaled row follows
+    the schedule its full-size row had, and rows of different d_model keep the paper's
+    ratio."""
     model = config_to_dict(base.model) | row.model
     for key in SCALED:
         if model[key] is not None:
@@ -93,6 +97,7 @@ def row_config(row: Row, base: Config, *, scale: int, steps: int, seed: int) -> 
             model[key] //= scale
     max_steps = steps * row.steps_factor
     train_cfg = config_to_dict(base.train) | row.train | {
+        "lr_scale": base.train.lr_scale / math.sqrt(scale),
         "max_steps": max_steps, "max_epochs": 0, "max_minutes": 0.0, "seed": seed,
         "valid_every": max_steps, "save_every": min(base.train.save_every, max(1, max_steps // 4)),
         "keep_last": 1, "patience": 0}
