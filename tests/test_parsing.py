@@ -1,6 +1,7 @@
 """`transformer-mt parse` end to end on 70 generated trees: Treebank-style trees to training
 pairs, prepare, a few training steps with the parsing preset, sentences to trees (every tree
-with the sentence's words, repaired where needed), and EVALB's scores of them."""
+with the sentence's words, repaired where needed), and EVALB's scores of them; reversed input written
+and read last word first.
 
 import json
 import random
@@ -66,3 +67,37 @@ def test_a_malformed_tree_is_named_by_file_and_line(tmp_path, capsys):
                  str(tmp_path / "out")]) == 2
     assert "dev.trees:2: unbalanced: too many opening brackets" in capsys.readouterr().err
     assert not (tmp_path / "out" / "train.words").exists(), "nothing half-written"
+
+
+def test_reversed_input_is_written_and_read_last_word_first(tmp_path, monkeypatch):
+    rng = random.Random(1)
+    trees = tmp_path / "treebank"
+    trees.mkdir()
+    for split in ("train", "dev", "test"):
+        (trees / f"{split}.trees").write_text("\n".join(tree(rng) for _ in range(5)) + "\n")
+    plain, reverse = tmp_path / "plain", tmp_path / "reverse"
+    assert main(["parse", "corpus", "--trees-dir", str(trees), "--out", str(plain)]) == 0
+    assert main(["parse", "corpus", "--trees-dir", str(trees), "--out", str(reverse),
+                 "--reverse"]) == 0
+    for name in ("test.words", "test.tree", "test.gold"):
+        assert (reverse / name).read_text() == (plain / name).read_text()
+    words = (plain / "test.words").read_text().splitlines()
+    assert (reverse / "test.reversed").read_text().splitlines() == \
+        [" ".join(w.split()[::-1]) for w in words]
+    assert not (plain / "test.reversed").exists()
+
+    seen = []
+
+    class Recorder:  # the model's side of `parse trees`: what it is given to read
+        def translate(self, sentences):
+            seen.extend(sentences)
+            return ["(S " + " ".join("XX" for _ in s.split()) + " )S" for s in sentences]
+
+    monkeypatch.setattr("transformer_mt.cli.parse.open_translator",
+                        lambda args, overrides: (Recorder(), None))
+    out = tmp_path / "parsed.trees"
+    assert main(["parse", "trees", "--model", str(tmp_path), "--input",
+                 str(plain / "test.words"), "--output", str(out), "--reverse"]) == 0
+    assert seen == (reverse / "test.reversed").read_text().splitlines()
+    assert [parse_tree(t).words() for t in out.read_text().splitlines()] == \
+        [w.split() for w in words], "trees keep the words in reading order"

@@ -39,12 +39,18 @@ def add_parser(sub) -> None:
     c.add_argument("--out", required=True, type=Path)
     c.add_argument("--tags", action="store_true",
                    help="keep POS tags in the target instead of the placeholder XX")
+    c.add_argument("--reverse", action="store_true",
+                   help="also write SPLIT.reversed, the words last to first, as the model's "
+                        "source (Vinyals et al. 2015); parse with `trees --reverse`")
     c.set_defaults(run=run_corpus)
     t = commands.add_parser("trees", help="parse sentences (one per line, tokenised as the "
                                           "Treebank) into bracketed trees")
     add_model_options(t)
     t.add_argument("--input", required=True, type=Path)
     t.add_argument("--output", required=True, type=Path)
+    t.add_argument("--reverse", action="store_true",
+                   help="the model reads words last to first (trained on `corpus --reverse`'s "
+                        "SPLIT.reversed); --input stays in reading order")
     add_config_options(t, DecodeConfig, "decode")
     t.set_defaults(run=run_trees, overrides=[])
     s = commands.add_parser("score", help="EVALB's bracket scores of test trees against gold")
@@ -70,13 +76,17 @@ def run_corpus(args: argparse.Namespace) -> int:
         splits[ours] = (path, pairs)
     args.out.mkdir(parents=True, exist_ok=True)
     for ours, (path, pairs) in splits.items():
-        for k, suffix in enumerate(("words", "tree", "gold")):
-            lines = [str(pair[k]) for pair in pairs]
+        files = {"words": [p[0] for p in pairs], "tree": [p[1] for p in pairs],
+                 "gold": [str(p[2]) for p in pairs]}
+        if args.reverse:
+            files["reversed"] = [" ".join(reversed(p[0].split())) for p in pairs]
+        for suffix, lines in files.items():
             (args.out / f"{ours}.{suffix}").write_text("\n".join(lines) + "\n",
                                                         encoding="utf-8")
         print(f"{ours}: {len(pairs)} trees from {path}")
-    print(f"wrote {args.out}/{{train,valid,test}}.{{words,tree,gold}}; next: transformer-mt "
-          f"prepare --train-src {args.out}/train.words --train-tgt {args.out}/train.tree ...")
+    source = "reversed" if args.reverse else "words"
+    print(f"wrote {args.out}/{{train,valid,test}}.{{{','.join(files)}}}; next: transformer-mt "
+          f"prepare --train-src {args.out}/train.{source} --train-tgt {args.out}/train.tree ...")
     return 0
 
 
@@ -84,7 +94,8 @@ def run_trees(args: argparse.Namespace) -> int:
     overrides = section_overrides(args.overrides, DecodeConfig, "decode") | given(args, "decode")
     translator, _ = open_translator(args, overrides)
     sentences = read_text(args.input)
-    outputs = translator.translate(sentences)
+    outputs = translator.translate([" ".join(reversed(s.split())) for s in sentences]
+                                   if args.reverse else sentences)
     repairs: Counter[str] = Counter()
     repaired = 0
     lines = []
