@@ -1,7 +1,7 @@
 """`transformer-mt parse` end to end on 70 generated trees: Treebank-style trees to training
 pairs, prepare, a few training steps with the parsing preset, sentences to trees (every tree
 with the sentence's words, repaired where needed), and EVALB's scores of them; reversed input
-written and read last word first.
+written and read last word first."""
 
 import json
 import random
