@@ -220,7 +220,7 @@ def _mean_sd(values: list[float]) -> list[float | None]:
 
 
 COLUMNS = ("row", "N", "d_model", "d_ff", "h", "d_k", "d_v", "P_drop", "eps_ls", "steps",
-           "dev PPL", "dev BLEU", "params x10^6", "paper PPL", "paper BLEU",
+           "seeds", "dev PPL", "dev BLEU", "params x10^6", "paper PPL", "paper BLEU",
            "paper params x10^6", "agrees (BLEU vs base)")
 
 
@@ -238,7 +238,8 @@ def table_cells(line: dict) -> list[str]:
     return [line["row"], str(m["n_encoder_layers"]), str(m["d_model"]), str(m["d_ff"]),
             str(m["n_heads"]), str(m["d_k"] or m["d_model"] // m["n_heads"]),
             str(m["d_v"] or m["d_model"] // m["n_heads"]), str(m["dropout"]),
-            str(line["label_smoothing"]), str(line["steps"]), stat(line["dev_ppl"]),
+            str(line["label_smoothing"]), str(line["steps"]), str(line["seeds"]),
+            stat(line["dev_ppl"]),
             stat(line["dev_bleu"]), f"{line['parameters'] / 1e6:.1f}", cell(paper["ppl"]),
             cell(paper["bleu"]), cell(paper["params"]), line.get("agrees", "")]
 
