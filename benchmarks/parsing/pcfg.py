@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import platform
 import subprocess
 import tempfile
 import time
@@ -29,6 +28,7 @@ import torch
 
 from transformer_mt.data.trees import Tree, parsing_pair
 from transformer_mt.evaluation.evalb import EvalbParams, score_files, summary
+from transformer_mt.hardware.cpu_speed import cpu_model
 
 SUFFIXES = ("ing", "ed", "ly", "ion", "er", "est", "al", "ity", "ic", "able", "ive", "ous",
             "s", "y")
@@ -269,7 +269,7 @@ def main() -> None:
                   f"{r['not_covered']}, {time.monotonic() - start:.0f} s", flush=True)
     report = {"question": "what does a treebank PCFG (the cheap non-neural parser) score on the "
                           "Treebank sample with our EVALB-compatible scorer (COLLINS.prm)",
-              "results": results, "machine": platform.processor() or platform.machine(),
+              "results": results, "machine": cpu_model(),
               "torch": torch.__version__,
               "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"],
                                        capture_output=True, text=True).stdout.strip()}
