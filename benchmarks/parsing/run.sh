@@ -2,27 +2,37 @@
 # §6.3 on the Treebank sample: trees -> pairs -> prepare -> train (wall-time budget) -> parse
 # dev and test -> EVALB scores (COLLINS.prm, and the strict summary).
 # Usage: benchmarks/parsing/run.sh MINUTES [OUT_DIR] ; TRAIN_ARGS="..." adds train overrides,
-# CONFIG picks the preset (default parsing-cpu), TAGS=1 keeps POS tags in the targets.
+# CONFIG picks the preset (default parsing-cpu), TAGS=1 keeps POS tags in the targets,
+# REVERSE=1 feeds the words last to first, AVERAGE=N parses with the average of the last N
+# checkpoints (§6.1) instead of the last one.
 set -euo pipefail
 MINUTES=$1
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 DATA=${TRANSFORMER_MT_DATA:-$REPO/../shared/data}
 OUT=${2:-$REPO/runs/parse}
 CONFIG=${CONFIG:-parsing-cpu}
+SOURCE=${REVERSE:+reversed}
+SOURCE=${SOURCE:-words}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/run.log") 2>&1
-echo "== $(date -u +%FT%TZ) parsing, $MINUTES min, commit $(git -C "$REPO" rev-parse --short HEAD), config $CONFIG ${TRAIN_ARGS:-} TAGS=${TAGS:-}"
-transformer-mt parse corpus --trees-dir "$DATA/ptb-sample" --out "$OUT/corpus" ${TAGS:+--tags}
+echo "== $(date -u +%FT%TZ) parsing, $MINUTES min, commit $(git -C "$REPO" rev-parse --short HEAD), config $CONFIG ${TRAIN_ARGS:-} TAGS=${TAGS:-} REVERSE=${REVERSE:-} AVERAGE=${AVERAGE:-}"
+transformer-mt parse corpus --trees-dir "$DATA/ptb-sample" --out "$OUT/corpus" ${TAGS:+--tags} \
+  ${REVERSE:+--reverse}
 if [ ! -f "$OUT/data/meta.json" ]; then
-  transformer-mt prepare --train-src "$OUT/corpus/train.words" --train-tgt "$OUT/corpus/train.tree" \
-    --valid-src "$OUT/corpus/valid.words" --valid-tgt "$OUT/corpus/valid.tree" --config "$CONFIG" \
+  transformer-mt prepare --train-src "$OUT/corpus/train.$SOURCE" --train-tgt "$OUT/corpus/train.tree" \
+    --valid-src "$OUT/corpus/valid.$SOURCE" --valid-tgt "$OUT/corpus/valid.tree" --config "$CONFIG" \
     --max-length 1000 --src-lang en --tgt-lang tree --out "$OUT/data"
 fi
 transformer-mt train --config "$CONFIG" --data "$OUT/data" --run-dir "$OUT/run" \
   --train.max_minutes="$MINUTES" --train.valid_bleu=false ${TRAIN_ARGS:-}
+MODEL=$OUT/run
+if [ -n "${AVERAGE:-}" ]; then
+  transformer-mt average --run-dir "$OUT/run" --last "$AVERAGE" --out "$OUT/averaged"
+  MODEL=$OUT/averaged
+fi
 for split in valid test; do
-  transformer-mt parse trees --model "$OUT/run" --input "$OUT/corpus/$split.words" \
-    --output "$OUT/$split.parsed"
+  transformer-mt parse trees --model "$MODEL" --input "$OUT/corpus/$split.words" \
+    --output "$OUT/$split.parsed" ${REVERSE:+--reverse}
   transformer-mt parse score --gold "$OUT/corpus/$split.gold" --test "$OUT/$split.parsed" \
     --json "$OUT/$split.scores.json"
 done
