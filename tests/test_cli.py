@@ -95,3 +95,54 @@ def test_every_command_has_help_and_no_option_is_declared_twice(capsys):
             main([name, "--help"])
         assert exit_.value.code == 0
         assert "usage: transformer-mt " + name in capsys.readouterr().out
+
+
+def test_translate_streams_in_chunks_and_treats_too_long_lines_as_told(tmp_path, corpus_vocab,
+                                                                        monkeypatch, caplog,
+                                                                        capsys):
+    from transformer_mt.inference.translator import Translator
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=len(corpus_vocab), d_model=32, n_heads=4, d_ff=64,
+                      n_encoder_layers=1, n_decoder_layers=1, dropout=0.0, max_positions=40)
+    save_model(Transformer(cfg), tmp_path / "model", vocab_path=corpus_vocab.path)
+    lines = [f"A dog runs {i} times." for i in range(10)]
+    lines[6] = " ".join(["dog"] * 60)  # longer than 40 - 10 positions
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    def translate(path, *extra):
+        return main(["translate", "--model", str(tmp_path / "model"), "--input", str(src),
+                     "--output", str(path), "--beam-size", "2", "--batch-size", "1",
+                     "--max-length-offset", "10", *extra])
+
+    assert translate(tmp_path / "error.txt") == 2
+    assert "sentence 7 has 61 tokens; this model takes at most 30" in capsys.readouterr().err
+    whole = tmp_path / "whole.txt"
+    assert translate(whole, "--too-long", "skip") == 0
+    written_before = []  # each chunk's translation starts after the previous chunk is written
+    chunked = tmp_path / "chunked.txt"
+    original = Translator.translate_ids
+
+    def spy(self, sources, cfg, **kw):
+        written_before.append(len(chunked.read_text().splitlines()))
+        return original(self, sources, cfg, **kw)
+
+    monkeypatch.setattr(Translator, "translate_ids", spy)
+    caplog.set_level(logging.INFO, logger="transformer_mt")
+    assert translate(chunked, "--too-long", "skip", "--chunk", "4") == 0
+    assert written_before == [0, 4, 8]
+    assert chunked.read_text() == whole.read_text()
+    out = chunked.read_text().splitlines()
+    assert len(out) == 10 and out[6] == "" and all(out[i] for i in range(10) if i != 6)
+    assert "1 of 10 sentences were longer than the model takes: skipped" in caplog.text
+    cut = tmp_path / "cut.txt"
+    assert translate(cut, "--too-long", "truncate", "--chunk", "4") == 0
+    truncated = cut.read_text().splitlines()
+    assert len(truncated) == 10 and truncated[6] and truncated[:6] == out[:6]
+    assert "cut to the model's length" in caplog.text
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"A dog.\nA cat.\n\xff\xfe\n")
+    src = bad
+    assert translate(tmp_path / "bad-out.txt") == 2
+    assert f"{bad}:3: invalid UTF-8" in capsys.readouterr().err

@@ -6,10 +6,11 @@ import argparse
 import logging
 import sys
 import time
+from itertools import islice
 from pathlib import Path
 
 from ..config import DecodeConfig
-from ..evaluation.bleu import read_text
+from ..data.text import iter_lines
 from ..inference.alignment import (
     DEFAULT_LAYER_FROM_TOP,
     QUERIES,
@@ -19,6 +20,7 @@ from ..inference.alignment import (
     hard_alignment,
     word_pairs,
 )
+from ..inference.translator import SourceTooLong
 from ..training.progress import Progress
 from .options import (
     add_config_options,
@@ -60,6 +62,15 @@ def add_parser(sub) -> None:
                         "(default) or at the one it is input to (shift-att)")
     p.add_argument("--alignment-words", action="store_true",
                    help="hard alignments between whitespace words instead of subwords")
+    p.add_argument("--too-long", choices=("error", "truncate", "skip"), default="error",
+                   help="a sentence longer than the model takes: error (the default) stops "
+                        "and names its line; truncate cuts it to fit; skip writes an empty "
+                        "line for it (n-best and alignment output: no line); both warn with a "
+                        "count")
+    p.add_argument("--chunk", type=int, default=10_000, metavar="N",
+                   help="sentences read, translated and written at a time (default 10000): "
+                        "memory stays bounded on a file of any size and output appears as it "
+                        "goes, in input order")
     add_config_options(p, DecodeConfig, "decode")
     p.set_defaults(run=run, overrides=[])
 
@@ -74,6 +85,8 @@ def heads(text: str) -> tuple[int, ...]:
 
 def run(args: argparse.Namespace) -> int:
     overrides = section_overrides(args.overrides, DecodeConfig, "decode") | given(args, "decode")
+    if args.chunk < 1:
+        raise ValueError(f"--chunk must be at least 1, got {args.chunk}")
     translator, model_dirs = open_translator(args, overrides)
     choice = AlignmentChoice(args.alignment_layer, args.alignment_heads, args.alignment_query)
     if args.print_alignment:
@@ -81,36 +94,66 @@ def run(args: argparse.Namespace) -> int:
         if args.alignment_words and args.print_alignment == "soft":
             raise ValueError("--alignment-words: word alignments are hard ones")
     log.info("translating with %s (%s)", ", ".join(str(d) for d in model_dirs), args.engine)
-    if args.input:
-        sentences = read_text(args.input)
-    else:
-        sentences = [line.rstrip("\n").removesuffix("\r") for line in sys.stdin]
-    progress = Progress(total=len(sentences), unit="sentence", enabled=sys.stderr.isatty())
-    start = time.perf_counter()
+    with_scores = "n_best" in overrides
+    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
+    progress = Progress(unit="sentence", enabled=sys.stderr.isatty())
+    done, too_long, start = 0, 0, time.perf_counter()
     try:
-        results = translator.translate_nbest(sentences, progress=progress.update)
+        lines = iter_lines(args.input)
+        for sentences in iter(lambda: list(islice(lines, args.chunk)), []):
+            sources, cut = encode(translator, sentences, done, args.too_long)
+            too_long += cut
+            kept = [i for i, ids in enumerate(sources) if ids is not None]
+            found = translator.translate_ids(
+                [sources[i] for i in kept], translator.decode_cfg,
+                progress=lambda n, first=done: progress.update(first + n))
+            results: list[list] = [[] for _ in sentences]  # a skipped sentence: no output
+            for i, nbest in zip(kept, found, strict=True):
+                results[i] = nbest
+            if args.print_alignment:
+                weights = dict(zip(kept, translator.alignments(
+                    [sources[i] for i in kept], [results[i][0] for i in kept], choice),
+                    strict=True))
+            for i, nbest in enumerate(results):
+                n = done + i
+                if args.print_alignment and nbest:
+                    line = alignment_line(args, translator, sources[i], nbest[0], weights[i])
+                    out.write(f"H-{n}\t{nbest[0].score:.4f}\t{nbest[0].text}\nA-{n}\t{line}\n")
+                elif args.print_alignment or with_scores:
+                    out.writelines(f"{n}\t{t.score:.4f}\t{t.text}\n" for t in nbest)
+                else:
+                    out.write(f"{nbest[0].text if nbest else ''}\n")
+            out.flush()
+            done += len(sentences)
+            seconds = time.perf_counter() - start
+            log.info("translated %d sentences in %.1f s (%.1f sentences/s)", done, seconds,
+                     done / max(seconds, 1e-9))
     finally:
         progress.close()
-    seconds = time.perf_counter() - start
-    log.info("translated %d sentences in %.1f s (%.1f sentences/s)", len(sentences), seconds,
-             len(sentences) / max(seconds, 1e-9))
-    with_scores = "n_best" in overrides
-    if args.print_alignment:
-        sources = [translator.encode_source(s, i) for i, s in enumerate(sentences)]
-        weights = translator.alignments(sources, [n[0] for n in results], choice)
-    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
-    try:
-        for i, nbest in enumerate(results):
-            if args.print_alignment:
-                line = alignment_line(args, translator, sources[i], nbest[0], weights[i])
-                out.write(f"H-{i}\t{nbest[0].score:.4f}\t{nbest[0].text}\nA-{i}\t{line}\n")
-                continue
-            for t in nbest:
-                out.write(f"{i}\t{t.score:.4f}\t{t.text}\n" if with_scores else f"{t.text}\n")
-    finally:
         if out is not sys.stdout:
             out.close()
+    if too_long:
+        what = "cut to the model's length" if args.too_long == "truncate" else \
+            "skipped (an empty line each)"
+        log.warning("%d of %d sentences were longer than the model takes: %s", too_long, done,
+                    what)
     return 0
+
+
+def encode(translator, sentences: list[str], first: int, too_long: str
+           ) -> tuple[list[list[int] | None], int]:
+    """Each sentence's ids (None: skipped) and how many were too long for the model; with
+    --too-long error the first such sentence stops everything, named by its line."""
+    sources, cut = [], 0
+    for i, sentence in enumerate(sentences):
+        try:
+            sources.append(translator.encode_source(sentence, first + i))
+        except SourceTooLong as err:
+            if too_long == "error":
+                raise
+            cut += 1
+            sources.append(err.truncated if too_long == "truncate" else None)
+    return sources, cut
 
 
 def alignment_line(args: argparse.Namespace, translator, source: list[int], best,

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import gzip
+import sys
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 
@@ -29,6 +31,32 @@ def split_lines(data: bytes) -> list[bytes]:
     if lines[-1] == b"":
         lines.pop()
     return [line[:-1] if line.endswith(b"\r") else line for line in lines]
+
+
+def iter_lines(path: Path | None) -> Iterator[str]:
+    """The lines of a file (plain or gzip), or of stdin where `path` is None, split as
+    `split_lines` splits them and decoded one at a time (memory does not grow with the file);
+    invalid UTF-8 is a DataError naming the file and line."""
+    if path is None:
+        yield from _decoded("<stdin>", sys.stdin.buffer)
+        return
+    try:
+        with open(path, "rb") as f:
+            gzipped = f.read(2) == b"\x1f\x8b"
+        with (gzip.open if gzipped else open)(path, "rb") as f:
+            yield from _decoded(str(path), f)
+    except (OSError, EOFError, gzip.BadGzipFile) as err:
+        raise DataError(f"{path}: cannot read: {err}") from None
+
+
+def _decoded(name: str, lines: Iterable[bytes]) -> Iterator[str]:
+    for number, raw in enumerate(lines, start=1):
+        raw = raw.removesuffix(b"\n").removesuffix(b"\r")
+        try:
+            yield (raw.removeprefix(b"\xef\xbb\xbf") if number == 1 else raw).decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise DataError(f"{name}:{number}: invalid UTF-8 ({err.reason} at byte "
+                            f"{err.start})") from None
 
 
 def read_parallel(src_path: Path, tgt_path: Path, *, skip_invalid: bool = False,

@@ -34,6 +34,14 @@ from .quantize import quantize_int8
 from .search import BeamSearch, DecodingModel, Hypothesis, generate
 
 
+class SourceTooLong(ValueError):
+    """A sentence longer than the model takes; `truncated` is its ids cut to fit (EOS kept)."""
+
+    def __init__(self, message: str, truncated: list[int]):
+        super().__init__(message)
+        self.truncated = truncated
+
+
 @dataclass(frozen=True)
 class Translation:
     text: str
@@ -112,8 +120,8 @@ class Translator:
             limit = positions - cfg.max_length_offset
             why = f"max_positions {positions} - max_length_offset {cfg.max_length_offset}"
         if len(ids) > limit:
-            raise ValueError(f"sentence {index + 1} has {len(ids)} tokens; this model takes at "
-                             f"most {limit} ({why})")
+            raise SourceTooLong(f"sentence {index + 1} has {len(ids)} tokens; this model takes "
+                                f"at most {limit} ({why})", ids[:limit - 1] + ids[-1:])
         return ids
 
     def translate_nbest(self, sentences: Sequence[str],
