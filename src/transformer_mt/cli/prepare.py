@@ -8,6 +8,7 @@ from pathlib import Path
 from ..config import DataConfig, load_config
 from ..data.corpora import CORPORA, locate
 from ..data.prepare import SplitFiles, prepare
+from ..data.wmt14 import archives
 from ..storage.model_dir import CONFIG_FILE, load_config_json
 from .options import add_config_options, as_overrides, given
 
@@ -27,8 +28,8 @@ def add_parser(sub) -> None:
     p.add_argument("--tgt-lang", default="tgt", help="target language code, for the record")
     p.add_argument("--dataset",
                    help=f"a known corpus ({', '.join(sorted(CORPORA))}; multi30k-tok is "
-                        "Multi30k's lowercased Moses-tokenized copy, en/de/fr; wmt14 has test "
-                        "sets only)")
+                        "Multi30k's lowercased Moses-tokenized copy, en/de/fr; wmt14: the "
+                        "paper's training corpora, newstest2013 as valid and 2014 as test)")
     p.add_argument("--pair", default="en-de", help="SRC-TGT, e.g. en-de (default)")
     p.add_argument("--data-dir", type=Path, default=Path("data"),
                    help="where the corpus files are, or go with --download (default: data)")
@@ -51,8 +52,13 @@ def run(args: argparse.Namespace) -> int:
         files = {f.name: f for f in locate(args.dataset, args.pair, args.data_dir,
                                            download=args.download)}
         if "train" not in files:
-            raise ValueError(f"{args.dataset} has no training split (only "
-                             f"{', '.join(files)}); use it with translate / evaluate")
+            hint = "use it with translate / evaluate"
+            if args.dataset == "wmt14":
+                hint = (f"its training archives ({', '.join(a.name for a in archives(args.pair))}"
+                        f") are not in {files['test'].src.parent}: pass --download, or put "
+                        "them there (docs/wmt14.md)")
+            raise ValueError(f"{args.dataset} {args.pair} has no training split (only "
+                             f"{', '.join(files)}): {hint}")
         src_lang, tgt_lang = args.pair.split("-")
     else:
         if not (args.train_src and args.train_tgt):

@@ -8,7 +8,8 @@ to find them in a local directory.
   tokenized lowercased BLEU scores were trained and scored on. Stored gzipped.
 - tatoeba-deu-eng: ManyThings' Tatoeba deu-eng release of 2018-05-13, split into train / dev /
   test by `split_tatoeba` so that no sentence occurs in two splits.
-- wmt14: newstest2012-2014 en-de and 2013-2014 en-fr (dev and test sets of the paper).
+- wmt14: newstest2013 (dev) and newstest2014 (test) of the paper's en-de and en-fr; with its
+  training archives (data/wmt14.py), the 4.5M / 36M training pairs joined from them.
 
 `locate(name, pair, data_dir)` returns the split files, looking in `data_dir/<directory>`
 (the corpus's name, or multi30k/tok) or `data_dir` first and downloading into the former only
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..storage.files import sha256_file
+from . import wmt14
 from .prepare import SplitFiles
 from .text import DataError
 
@@ -90,6 +92,7 @@ class Corpus:
     suffix: str
     # under a data directory: where the files are, or are downloaded to (default: the name)
     directory: str | None = None
+    optional: tuple[str, ...] = ()  # splits that may be missing (wmt14's training text)
 
 
 CORPORA = {
@@ -101,7 +104,8 @@ CORPORA = {
     "tatoeba-deu-eng": Corpus("tatoeba-deu-eng", ("en", "de"),
                               {"train": "train", "valid": "dev", "test": "test"}, ".gz"),
     "wmt14": Corpus("wmt14", ("en", "de", "fr"),
-                    {"valid": "newstest2013.{pair}", "test": "newstest2014.{pair}"}, ""),
+                    {"train": "train.{pair}", "valid": "newstest2013.{pair}",
+                     "test": "newstest2014.{pair}"}, "", optional=("train",)),
 }
 
 
@@ -119,10 +123,9 @@ def split_files(name: str, pair: str, root: Path) -> list[SplitFiles]:
     """The split files of corpus `name` for `pair` ("en-de": en source, de target) in `root`."""
     corpus = CORPORA[name]
     src, tgt = _parse_pair(corpus, pair)
-    wmt_pair = "-".join(sorted((src, tgt), key=lambda lang: lang != "en"))  # en-de, en-fr
     files = []
     for split, stem in corpus.splits.items():
-        stem = stem.format(pair=wmt_pair)
+        stem = stem.format(pair=wmt14.english_first(pair))  # en-de, en-fr
         files.append(SplitFiles(split, root / f"{stem}.{src}{corpus.suffix}",
                                 root / f"{stem}.{tgt}{corpus.suffix}"))
     return files
@@ -130,20 +133,30 @@ def split_files(name: str, pair: str, root: Path) -> list[SplitFiles]:
 
 def locate(name: str, pair: str, data_dir: Path, *, download: bool = False) -> list[SplitFiles]:
     """Split files of a known corpus under `data_dir/<its directory>` or `data_dir`; with
-    download, fetch what is missing into the former and check its sha256."""
+    download, fetch what is missing into the former and check its sha256. wmt14's training
+    text is joined from its archives (data/wmt14.py) where they are there or download says so;
+    without them its test sets come alone."""
     if name not in CORPORA:
         raise DataError(f"unknown dataset '{name}' (known: {', '.join(CORPORA)})")
-    home = data_dir / (CORPORA[name].directory or name)
+    corpus = CORPORA[name]
+    home = data_dir / (corpus.directory or name)
     for root in (home, data_dir):
         files = split_files(name, pair, root)
-        if all(f.src.exists() and f.tgt.exists() for f in files):
-            return files
-    if not download:
-        raise DataError(f"{name} {pair} not found in {home} or {data_dir} "
-                        "(pass --download to fetch it)")
-    home.mkdir(parents=True, exist_ok=True)
-    DOWNLOADERS[name](home)
-    return split_files(name, pair, home)
+        if all(f.src.exists() and f.tgt.exists() for f in files if f.name not in corpus.optional):
+            break
+    else:
+        if not download:
+            raise DataError(f"{name} {pair} not found in {home} or {data_dir} "
+                            "(pass --download to fetch it)")
+        home.mkdir(parents=True, exist_ok=True)
+        DOWNLOADERS[name](home)
+        files = split_files(name, pair, home)
+    train = files[0]  # wmt14's: missing until joined from its archives
+    if name == "wmt14" and not train.src.exists():
+        root = train.src.parent
+        if download or all((root / a.name).exists() for a in wmt14.archives(pair)):
+            wmt14.join_training(root, pair, (train.src, train.tgt), download=download)
+    return [f for f in files if f.src.exists() and f.tgt.exists()]
 
 
 def fetch(url: str, sha256: str) -> bytes:
