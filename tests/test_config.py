@@ -82,7 +82,7 @@ def test_bad_overrides_name_the_key(override, message):
 
 def test_unknown_preset():
     with pytest.raises(ConfigError, match="unknown preset 'huge'.*base, big, multi30k, parsing, "
-                                          "parsing-cpu, small, tiny"):
+                                          "parsing-cpu, small, tiny, wmt14-base, wmt14-big"):
         load_config("huge")
 
 
@@ -113,3 +113,20 @@ def test_the_multi30k_preset_is_the_recipe_of_the_recorded_runs():
     assert preset["model"] == recorded["model"] and preset["data"] == recorded["data"]
     assert preset["train"] == recorded["train"]
     assert preset["decode"] == recorded["decode"] | {"length_penalty": 1.2}
+
+
+def test_the_wmt14_presets_are_the_papers_recipes():
+    from transformer_mt.config import TrainConfig
+
+    base, big = load_config("wmt14-base"), load_config("wmt14-big")
+    assert base.model == load_config("base").model and big.model == load_config("big").model
+    assert 8 * base.train.max_tokens == 8 * big.train.max_tokens == 25_000  # on 8 GPUs (§5.1)
+    assert (base.train.max_steps, big.train.max_steps) == (100_000, 300_000)  # §5.2
+    assert (base.train.keep_last, big.train.keep_last) == (5, 20)  # §6.1's averages
+    assert base.train.save_every_minutes == big.train.save_every_minutes == 10
+    assert base.data.vocab_size == big.data.vocab_size == 37_000
+    paper = TrainConfig()
+    for key in ("warmup_steps", "lr_scale", "adam_beta1", "adam_beta2", "adam_eps",
+                "label_smoothing", "accumulate", "bf16", "clip_norm"):
+        assert getattr(base.train, key) == getattr(big.train, key) == getattr(paper, key), key
+    assert base.decode == big.decode == load_config("base").decode  # beam 4, alpha 0.6
