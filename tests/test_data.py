@@ -1,4 +1,6 @@
 import gzip
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -167,3 +169,32 @@ def test_bpe_dropout_refuses_text_that_no_longer_matches(tmp_path):
     with pytest.raises(DataError, match=r"train\.tgt\.txt: 39 lines.* 40 pairs"):
         ParallelData(tmp_path / "out", "train").resegmented(
             load_vocab(tmp_path / "out"), dropout=0.1, seed=0)
+
+
+def peak_rss_mib_of_prepare(root, n: int) -> float:
+    """Peak resident memory (MiB) of `prepare` run in its own process on n synthetic pairs."""
+    from synthetic import sentences, translate
+
+    src = sentences(n, seed=n)
+    write(root / "train.en", src)
+    write(root / "train.de", [translate(s) for s in src])
+    command = [sys.executable, "-m", "transformer_mt", "prepare", "--train-src",
+               str(root / "train.en"), "--train-tgt", str(root / "train.de"), "--vocab-size",
+               "60", "--data.vocab_sample=2000", "--out", str(root / "out")]
+    probe = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True, "
+             "capture_output=True); print(resource.getrusage(resource.RUSAGE_CHILDREN)"
+             ".ru_maxrss)")
+    done = subprocess.run([sys.executable, "-c", probe, *command], check=True,
+                          capture_output=True, text=True)
+    assert np.load(root / "out" / "train.src.offsets.npy").shape == (n + 1,)
+    return int(done.stdout) / 1024
+
+
+def test_prepare_memory_does_not_grow_with_the_corpus(tmp_path):
+    small, large = tmp_path / "small", tmp_path / "large"
+    small.mkdir()
+    large.mkdir()
+    rss = {n: peak_rss_mib_of_prepare(root, n) for n, root in ((20_000, small), (400_000, large))}
+    # 20x the pairs (about 10 MB of text more than 0.5 MB) cost less than 25 MiB more: the
+    # lengths (8 bytes a pair) and the offsets (16) grow, nothing else
+    assert rss[400_000] - rss[20_000] < 25, rss

@@ -228,9 +228,12 @@ class DataConfig:
                                           "shorter")
     skip_invalid_utf8: bool = option(False, "drop pairs with invalid UTF-8 (counted) instead "
                                             "of stopping at the first")
+    vocab_sample: int = option(500_000, "the vocabulary is learnt from at most this many "
+                                        "training pairs, a uniform sample of them (as "
+                                        "SentencePiece's input_sentence_size)")
 
     def __post_init__(self):
-        _check_positive(self, "vocab_size", "max_length", "max_length_ratio")
+        _check_positive(self, "vocab_size", "max_length", "max_length_ratio", "vocab_sample")
         _check_choice(self, "vocab_model_type")
 
 

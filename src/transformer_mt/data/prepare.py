@@ -19,15 +19,20 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import random
+import shutil
+import tempfile
+from array import array
 from collections import Counter
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
 
 from ..config import DataConfig, config_to_dict
 from ..storage.files import sha256_file
-from .text import DataError, read_parallel
+from .text import DataError, iter_parallel
 from .vocab import (
     BOS_ID,
     EOS_ID,
@@ -87,16 +92,14 @@ def prepare(*, train: SplitFiles, others: list[SplitFiles], out_dir: Path, cfg: 
     Only training pairs are dropped (empty, too long, length ratio); other splits are kept
     whole so that scores stay comparable. `vocabulary`: (a model directory, its special ids
     {"pad", "bos", "eos"}) whose vocabulary is used instead of learning one (to fine-tune that
-    model). Returns the report."""
+    model). The files are streamed twice (checked and sampled, then encoded in chunks), so
+    memory does not grow with the corpus. Returns the report."""
     splits = [train, *others]
-    texts = {}
-    skipped_utf8 = {}
-    for split in splits:  # every file is read and checked before any work is written
-        src, tgt, skipped = read_parallel(split.src, split.tgt, skip_invalid=cfg.skip_invalid_utf8)
-        texts[split.name] = (src, tgt)
-        skipped_utf8[split.name] = skipped
+    # every file is read and checked before any work is written
+    sample = check_and_sample(train, cfg.vocab_sample, skip_invalid=cfg.skip_invalid_utf8)
+    for split in others:
+        check_and_sample(split, 0, skip_invalid=cfg.skip_invalid_utf8)
     out_dir.mkdir(parents=True, exist_ok=True)
-    train_src, train_tgt = texts[train.name]
     specials = {"pad": PAD_ID, "bos": BOS_ID, "eos": EOS_ID}
     if vocabulary is not None:
         model_dir, specials = vocabulary
@@ -105,36 +108,15 @@ def prepare(*, train: SplitFiles, others: list[SplitFiles], out_dir: Path, cfg: 
         log.info("encoding with the vocabulary of %s (%d pieces)", model_dir, len(vocab))
     else:
         log.info("training a %d-piece %s vocabulary on %d pairs", cfg.vocab_size,
-                 cfg.vocab_model_type, len(train_src))
-        nonempty = [t for t in train_src + train_tgt if t.strip()]
-        vocab = train_vocabulary(nonempty, vocab_size=cfg.vocab_size,
+                 cfg.vocab_model_type, len(sample))
+        texts = [t for t in [s for s, _ in sample] + [t for _, t in sample] if t.strip()]
+        vocab = train_vocabulary(texts, vocab_size=cfg.vocab_size,
                                  out_path=out_dir / VOCAB_FILE, model_type=cfg.vocab_model_type,
                                  character_coverage=cfg.character_coverage)
-    report: dict = {"splits": {}}
-    for split in splits:
-        src, tgt = texts[split.name]
-        src_ids, tgt_ids = encode_pairs(vocab, src, tgt)
-        drops: Counter = Counter()
-        if split.name == train.name:
-            keep = []
-            for i, (s, t) in enumerate(zip(src_ids, tgt_ids, strict=True)):
-                reason = drop_reason(s, t, cfg)
-                if reason:
-                    drops[reason] += 1
-                else:
-                    keep.append(i)
-            src_ids, tgt_ids = [src_ids[i] for i in keep], [tgt_ids[i] for i in keep]
-            src, tgt = [src[i] for i in keep], [tgt[i] for i in keep]
-        if skipped_utf8[split.name]:
-            drops["invalid_utf8"] = skipped_utf8[split.name]
-        for side, ids, lines in (("src", src_ids, src), ("tgt", tgt_ids, tgt)):
-            write_side(out_dir, split.name, side, ids, max(len(vocab), vocab.target_size))
-            (out_dir / f"{split.name}.{side}.txt").write_text(
-                "".join(line + "\n" for line in lines), encoding="utf-8")
-        report["splits"][split.name] = {
-            "read": len(src) + sum(drops.values()), "kept": len(src), "dropped": dict(drops),
-            "src_tokens": sum(map(len, src_ids)), "tgt_tokens": sum(map(len, tgt_ids)),
-        }
+    del sample
+    report: dict = {"splits": {split.name: encode_split(split, vocab, cfg, out_dir,
+                                                       drop=split is train)
+                               for split in splits}}
     meta = {
         "src_lang": src_lang, "tgt_lang": tgt_lang, "vocab_size": len(vocab),
         "vocab_sha256": vocabulary_sha256(out_dir), "special_ids": specials,
@@ -149,6 +131,79 @@ def prepare(*, train: SplitFiles, others: list[SplitFiles], out_dir: Path, cfg: 
     (out_dir / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     return report
 
+
+def check_and_sample(split: SplitFiles, size: int, *, skip_invalid: bool
+                     ) -> list[tuple[str, str]]:
+    """Read a split through once, checking it (`iter_parallel`'s errors), and return a uniform
+    sample of at most `size` of its pairs in file order (all of them when there are fewer):
+    reservoir sampling, seeded, so that a corpus gives the same sample every time."""
+    rng, sample, seen = random.Random(0), [], 0
+    keep: list[int] = []
+    for pair in iter_parallel(split.src, split.tgt, skip_invalid=skip_invalid):
+        if pair is None:
+            continue
+        if seen < size:
+            sample.append(pair)
+            keep.append(seen)
+        elif (j := rng.randrange(seen + 1)) < size:
+            sample[j], keep[j] = pair, seen
+        seen += 1
+    order = sorted(range(len(sample)), key=keep.__getitem__)
+    return [sample[i] for i in order]
+
+
+def encode_split(split: SplitFiles, vocab, cfg: DataConfig, out_dir: Path, *, drop: bool,
+                 chunk: int = 10_000) -> dict:
+    """Encode one split `chunk` pairs at a time into out_dir's token, offset and text files
+    (dropping training pairs as `drop_reason` says, with drop); its line of the report."""
+    drops: Counter = Counter()
+    width = max(len(vocab), vocab.target_size)
+    dtype = np.uint16 if width <= np.iinfo(np.uint16).max else np.int32
+    lengths = {"src": array("i"), "tgt": array("i")}  # 4 bytes a sentence
+    pairs = iter_parallel(split.src, split.tgt, skip_invalid=cfg.skip_invalid_utf8)
+    with tempfile.TemporaryDirectory(dir=out_dir) as tmp, \
+            open(Path(tmp) / "src", "wb") as src_raw, open(Path(tmp) / "tgt", "wb") as tgt_raw, \
+            open(out_dir / f"{split.name}.src.txt", "w", encoding="utf-8") as src_txt, \
+            open(out_dir / f"{split.name}.tgt.txt", "w", encoding="utf-8") as tgt_txt:
+        while block := list(islice(pairs, chunk)):
+            found = [pair for pair in block if pair is not None]
+            drops["invalid_utf8"] += len(block) - len(found)
+            src, tgt = [s for s, _ in found], [t for _, t in found]
+            src_ids, tgt_ids = encode_pairs(vocab, src, tgt)
+            for i, (s, t) in enumerate(zip(src_ids, tgt_ids, strict=True)):
+                reason = drop_reason(s, t, cfg) if drop else None
+                if reason:
+                    drops[reason] += 1
+                    continue
+                for side, ids, raw, txt, text in (("src", s, src_raw, src_txt, src[i]),
+                                                 ("tgt", t, tgt_raw, tgt_txt, tgt[i])):
+                    raw.write(np.asarray(ids, dtype=dtype).tobytes())
+                    lengths[side].append(len(ids))
+                    txt.write(text + "\n")
+            if drop:
+                log.info("%s: %s pairs encoded", split.name, f"{len(lengths['src']):,}")
+        src_raw.close()
+        tgt_raw.close()
+        for side in SIDES:
+            write_tokens(out_dir, split.name, side, Path(tmp) / side, lengths[side], dtype)
+    drops = Counter({k: v for k, v in drops.items() if v})
+    kept = len(lengths["src"])
+    return {"read": kept + sum(drops.values()), "kept": kept, "dropped": dict(drops),
+            "src_tokens": sum(lengths["src"]), "tgt_tokens": sum(lengths["tgt"])}
+
+
+def write_tokens(out_dir: Path, split: str, side: str, raw: Path, lengths: array,
+                 dtype) -> None:
+    """{split}.{side}.tokens.npy from the raw token file (a .npy header, then its bytes copied
+    a megabyte at a time) and {split}.{side}.offsets.npy from the lengths."""
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(np.frombuffer(lengths, dtype=np.int32), out=offsets[1:])
+    np.save(out_dir / f"{split}.{side}.offsets.npy", offsets)
+    header = {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False,
+              "shape": (int(offsets[-1]),)}
+    with open(out_dir / f"{split}.{side}.tokens.npy", "wb") as out, open(raw, "rb") as f:
+        np.lib.format.write_array_header_1_0(out, header)
+        shutil.copyfileobj(f, out, 1 << 20)
 
 
 def encode_pairs(vocab: Vocabulary | MarianVocabulary, src: list[str], tgt: list[str]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import sys
 from collections.abc import Iterable, Iterator
+from itertools import zip_longest
 from pathlib import Path
 
 
@@ -37,53 +38,72 @@ def iter_lines(path: Path | None) -> Iterator[str]:
     """The lines of a file (plain or gzip), or of stdin where `path` is None, split as
     `split_lines` splits them and decoded one at a time (memory does not grow with the file);
     invalid UTF-8 is a DataError naming the file and line."""
-    if path is None:
-        yield from _decoded("<stdin>", sys.stdin.buffer)
-        return
-    try:
-        with open(path, "rb") as f:
-            gzipped = f.read(2) == b"\x1f\x8b"
-        with (gzip.open if gzipped else open)(path, "rb") as f:
-            yield from _decoded(str(path), f)
-    except (OSError, EOFError, gzip.BadGzipFile) as err:
-        raise DataError(f"{path}: cannot read: {err}") from None
-
-
-def _decoded(name: str, lines: Iterable[bytes]) -> Iterator[str]:
-    for number, raw in enumerate(lines, start=1):
-        raw = raw.removesuffix(b"\n").removesuffix(b"\r")
+    name = "<stdin>" if path is None else str(path)
+    for number, raw in enumerate(iter_raw_lines(path), start=1):
         try:
-            yield (raw.removeprefix(b"\xef\xbb\xbf") if number == 1 else raw).decode("utf-8")
+            yield raw.decode("utf-8")
         except UnicodeDecodeError as err:
             raise DataError(f"{name}:{number}: invalid UTF-8 ({err.reason} at byte "
                             f"{err.start})") from None
 
 
-def read_parallel(src_path: Path, tgt_path: Path, *, skip_invalid: bool = False,
-                  ) -> tuple[list[str], list[str], int]:
-    """Read two aligned files as strict UTF-8. Returns (sources, targets, pairs skipped for
-    invalid UTF-8). A line-count mismatch, or invalid UTF-8 unless skip_invalid, is a DataError
-    naming the file(s), line and counts."""
-    src_lines, tgt_lines = split_lines(read_bytes(src_path)), split_lines(read_bytes(tgt_path))
-    if len(src_lines) != len(tgt_lines):
-        raise DataError(
-            f"line counts differ: {src_path} has {len(src_lines)} lines, "
-            f"{tgt_path} has {len(tgt_lines)}"
-        )
-    sources, targets, skipped = [], [], 0
-    for number, pair in enumerate(zip(src_lines, tgt_lines, strict=True), start=1):
+def iter_raw_lines(path: Path | None) -> Iterator[bytes]:
+    """The undecoded lines of a file or stdin, one at a time, as `split_lines` splits them."""
+    if path is None:
+        yield from _split(sys.stdin.buffer)
+        return
+    try:
+        with open(path, "rb") as f:
+            gzipped = f.read(2) == b"\x1f\x8b"
+        with (gzip.open if gzipped else open)(path, "rb") as f:
+            yield from _split(f)
+    except (OSError, EOFError, gzip.BadGzipFile) as err:
+        raise DataError(f"{path}: cannot read: {err}") from None
+
+
+def _split(lines: Iterable[bytes]) -> Iterator[bytes]:
+    for number, raw in enumerate(lines, start=1):
+        raw = raw.removesuffix(b"\n").removesuffix(b"\r")
+        yield raw.removeprefix(b"\xef\xbb\xbf") if number == 1 else raw
+
+
+def iter_parallel(src_path: Path, tgt_path: Path, *, skip_invalid: bool = False,
+                  ) -> Iterator[tuple[str, str] | None]:
+    """Two aligned files as strict UTF-8 pairs, one at a time; None for a pair left out for
+    invalid UTF-8 (with skip_invalid; otherwise a DataError naming the file and line). Files of
+    different line counts are a DataError naming both and their counts, raised when the shorter
+    one ends."""
+    paths = (src_path, tgt_path)
+    number = 0
+    for number, pair in enumerate(zip_longest(iter_raw_lines(src_path),
+                                              iter_raw_lines(tgt_path)), start=1):
+        if None in pair:
+            longer = 0 if pair[1] is None else 1
+            rest = sum(1 for _ in (iter_raw_lines(paths[longer])))
+            counts = [number - 1, number - 1]
+            counts[longer] = rest
+            raise DataError(f"line counts differ: {src_path} has {counts[0]} lines, "
+                            f"{tgt_path} has {counts[1]}")
         texts = []
-        for path, line in zip((src_path, tgt_path), pair, strict=True):
+        for path, line in zip(paths, pair, strict=True):
             try:
                 texts.append(line.decode("utf-8"))
             except UnicodeDecodeError as err:
                 if not skip_invalid:
                     raise DataError(f"{path}:{number}: invalid UTF-8 ({err.reason} at byte "
                                     f"{err.start})") from None
-        if len(texts) < 2:
-            skipped += 1
-            continue
-        sources.append(texts[0])
-        targets.append(texts[1])
-    return sources, targets, skipped
+        yield (texts[0], texts[1]) if len(texts) == 2 else None
 
+
+def read_parallel(src_path: Path, tgt_path: Path, *, skip_invalid: bool = False,
+                  ) -> tuple[list[str], list[str], int]:
+    """Two aligned files read whole (`iter_parallel`): (sources, targets, pairs skipped for
+    invalid UTF-8)."""
+    sources, targets, skipped = [], [], 0
+    for pair in iter_parallel(src_path, tgt_path, skip_invalid=skip_invalid):
+        if pair is None:
+            skipped += 1
+        else:
+            sources.append(pair[0])
+            targets.append(pair[1])
+    return sources, targets, skipped
