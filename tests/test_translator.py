@@ -161,3 +161,54 @@ def test_ensemble_members_must_share_vocabulary_and_special_ids(tmp_path, corpus
                                     d_ff=64, n_encoder_layers=1, n_decoder_layers=1, eos_id=4))
     with pytest.raises(ValueError, match="member 2 has eos_id 4, member 1 has 3"):
         Ensemble([translator.model, other])
+
+
+def test_bf16_auto_decodes_each_batch_in_the_precision_measured_faster(corpus_vocab,
+                                                                       monkeypatch):
+    from transformer_mt.cli.main import build_parser
+    from transformer_mt.inference import precision
+
+    parser = build_parser()
+    for flags, value in (([], None), (["--bf16"], True), (["--bf16", "auto"], "auto")):
+        args = parser.parse_args(["translate", "--model", "m", *flags])
+        assert vars(args)["decode.bf16"] == value
+    with pytest.raises(SystemExit):
+        parser.parse_args(["translate", "--model", "m", "--bf16", "yes"])
+
+    translator = make_translator(corpus_vocab)
+    measured = precision.choose_bf16(translator.model, DecodeConfig(batch_size=4),
+                                     translator.device)  # a real measurement: both sizes
+    assert set(measured.speedup) == {1, 4} and all(s >= 0 for s in measured.speedup.values())
+
+    seen = []
+    monkeypatch.setattr(precision, "bf16_pays", lambda device: True)
+    monkeypatch.setattr(precision, "time_search", lambda model, cfg, device, batch, bf16: (
+        seen.append((batch, bf16)), {(1, False): 1.0, (1, True): 1.5,  # bf16 slower alone
+                                     (8, False): 2.0, (8, True): 1.0}[batch, bf16])[1])
+    translator.decode_cfg = DecodeConfig(batch_size=8, bf16="auto", max_length_offset=6)
+    assert [translator.bf16_for(translator.decode_cfg, b) for b in (1, 2, 3, 8)] == \
+        [False, False, True, True]  # batch 2 is nearer 1 than 8 on a log scale
+    assert len(seen) == 4, "measured once"
+    chosen = []
+    original = translator._precision
+    monkeypatch.setattr(translator, "_precision", lambda cfg, batch=None: (
+        chosen.append((batch, translator.bf16_for(cfg, batch or cfg.batch_size))),
+        original(cfg, batch))[1])
+    auto = translator.translate(SENTENCES * 2)  # 10 sentences: a batch of 8, then 2
+    assert chosen == [(8, True), (2, False)]
+    explicit = []
+    for cfg, batch in ((DecodeConfig(batch_size=8, bf16=True, max_length_offset=6), 8),
+                       (DecodeConfig(batch_size=8, bf16=False, max_length_offset=6), 2)):
+        translator.decode_cfg = cfg
+        order = sorted(range(10), key=lambda i: len(translator.encode_source(
+            (SENTENCES * 2)[i], i)))
+        part = order[:8] if batch == 8 else order[8:]
+        texts = translator.translate([(SENTENCES * 2)[i] for i in part])
+        explicit += list(zip(part, texts, strict=True))
+    assert [auto[i] for i, _ in explicit] == [t for _, t in explicit]
+
+    monkeypatch.setattr(precision, "bf16_pays", lambda device: False)  # no bf16 units here
+    seen.clear()
+    assert not precision.choose_bf16(translator.model, DecodeConfig(batch_size=8),
+                                     translator.device).for_batch(8)
+    assert not seen, "nothing measured where bf16 cannot pay"

@@ -183,8 +183,10 @@ class DecodeConfig:
     top_k: int = option(0, "sampling only: keep the k most likely tokens; 0: no limit")
     top_p: float = option(1.0, "sampling only: nucleus probability mass kept")
     seed: int = option(0, "sampling only: random seed")
-    bf16: bool = option(False, "not in the paper: bfloat16 autocast while decoding (faster on "
-                               "CPUs with bf16 units; docs/performance.md)")
+    bf16: bool | Literal["auto"] = option(
+        False, "not in the paper: bfloat16 autocast while decoding (faster on CPUs with bf16 "
+        "units; docs/performance.md); auto: only where measured faster than float32 for the "
+        "batch size at hand (inference/precision.py)")
     int8: bool = option(
         False, "not in the paper, CPU only: int8 linear layers with dynamically quantised "
         "activations (faster beam search). One quantisation range per batch: a sentence's "

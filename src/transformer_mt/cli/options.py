@@ -28,6 +28,8 @@ def add_config_options(parser: argparse.ArgumentParser, cls: type, section: str)
         hint = hints[f.name]
         if hint is bool:
             kwargs["action"] = argparse.BooleanOptionalAction
+        elif hint == bool | Literal["auto"]:  # --bf16, --bf16 auto
+            kwargs.update(nargs="?", const=True, type=_true_or_auto, metavar="auto")
         elif typing.get_origin(hint) is Literal:
             kwargs["choices"] = typing.get_args(hint)
         else:
@@ -35,6 +37,12 @@ def add_config_options(parser: argparse.ArgumentParser, cls: type, section: str)
         flags = [flag] if flag == "--" + f.name.replace("_", "-") else \
             [flag, "--" + f.name.replace("_", "-")]
         group.add_argument(*flags, **kwargs)
+
+
+def _true_or_auto(text: str) -> bool | str:
+    if text != "auto":
+        raise argparse.ArgumentTypeError(f"{text!r}: give the flag alone, or 'auto'")
+    return "auto"
 
 
 def given(args: argparse.Namespace, section: str) -> dict[str, Any]:

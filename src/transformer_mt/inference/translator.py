@@ -30,6 +30,7 @@ from ..storage.model_dir import VOCAB_FILE, load_model
 from .alignment import AlignmentChoice, alignment_weights
 from .attention_maps import recording
 from .ensemble import Ensemble
+from .precision import Bf16Choice, choose_bf16
 from .quantize import quantize_int8
 from .search import BeamSearch, DecodingModel, Hypothesis, generate
 
@@ -77,9 +78,11 @@ class Translator:
                                  f"{type(model).__name__}: quantise the model it wraps instead")
         self.model = model.eval()
         self.device = next(model.parameters()).device
-        if self.decode_cfg.bf16:
+        self._bf16: Bf16Choice | None = None  # decode.bf16 auto's, measured when first asked
+        if self.decode_cfg.bf16 is True:
             warn_if_bf16_is_slow(self.device, setting="decode.bf16",
-                                 instead="decode in float32 (without --bf16) or with --int8")
+                                 instead="decode in float32 (without --bf16), with --bf16 auto "
+                                         "or with --int8")
 
     @classmethod
     def from_dir(cls, model_dir: str | Path, *, device: str = "cpu", **decode_overrides):
@@ -150,7 +153,7 @@ class Translator:
     def _translate_batch(self, sources: list[list[int]], cfg: DecodeConfig
                          ) -> list[list[Translation]]:
         """The n-best lists of one batch of similar length."""
-        with self._precision(cfg):
+        with self._precision(cfg, len(sources)):
             nbests = generate(self.model, self._padded(sources), cfg)
         return [[self._detokenize(h) for h in hyps] for hyps in nbests]
 
@@ -167,8 +170,19 @@ class Translator:
             src_BS[row, : len(ids)] = torch.tensor(ids)
         return src_BS.to(self.device)
 
-    def _precision(self, cfg: DecodeConfig) -> torch.autocast:
-        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=cfg.bf16)
+    def _precision(self, cfg: DecodeConfig, batch: int | None = None) -> torch.autocast:
+        """bf16 autocast as cfg.bf16 says; with auto, as measured for `batch` sentences (None:
+        cfg.batch_size, the server's choice for a whole running search)."""
+        return torch.autocast(self.device.type, dtype=torch.bfloat16,
+                              enabled=self.bf16_for(cfg, batch or cfg.batch_size))
+
+    def bf16_for(self, cfg: DecodeConfig, batch: int) -> bool:
+        """Whether a batch of `batch` sentences decodes with bf16 autocast under `cfg`."""
+        if cfg.bf16 != "auto":
+            return cfg.bf16
+        if self._bf16 is None or self._bf16.batch_size != cfg.batch_size:
+            self._bf16 = choose_bf16(self.model, cfg, self.device)
+        return self._bf16.for_batch(batch)
 
     def _detokenize(self, hyp: Hypothesis) -> Translation:
         return Translation(self.vocab.decode(hyp.tokens), hyp.score, hyp.log_prob,

@@ -158,6 +158,9 @@ def export_ctranslate2(model_dir: str | Path, out_dir: str | Path, *,
 
 def _compute_type(cfg: DecodeConfig) -> str:
     """Our precision switches as CTranslate2's compute type (default: the export's)."""
+    if cfg.bf16 == "auto":
+        raise ValueError("decode.bf16 auto measures this package's own search: with --engine "
+                         "ctranslate2 give --bf16 alone or leave it out")
     return "int8" if cfg.int8 else "bfloat16" if cfg.bf16 else "default"
 
 
