@@ -5,7 +5,7 @@
 # row: config, metrics, result; the table, its plot, the driver's log; never checkpoints) into
 # the results folder.
 # Usage: benchmarks/table3/run.sh [RESULTS_DIR] ; JOBS rows at once (default 2), WORK the run
-# folder (default runs/table3-cpu).
+# folder (default runs/table3-cpu), REPORT_ONLY=1 trains nothing (the table so far, copied).
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 DATA=${TRANSFORMER_MT_DATA:-$REPO/../shared/data}
@@ -21,8 +21,10 @@ fi
 cp -n "$RESULTS"/results/*.json "$WORK/results/" 2>/dev/null || true
 PROTOCOL=(--scale 8 --steps 2000 --train.max_tokens=2048 --train.warmup_steps=400)
 table3() { transformer-mt table3 --data "$WORK/data" --out "$WORK" "${PROTOCOL[@]}" "$@"; }
-table3 --seeds 1 --jobs "${JOBS:-2}" && table3 --rows A --seeds 1 2 3 --jobs "${JOBS:-2}" \
-  || status=$?
+if [ -z "${REPORT_ONLY:-}" ]; then
+  table3 --seeds 1 --jobs "${JOBS:-2}" && table3 --rows A --seeds 1 2 3 --jobs "${JOBS:-2}" \
+    || status=$?
+fi
 table3 --seeds 1 2 3 --report  # the table of every row and seed recorded so far
 for run in "$WORK"/runs/*/; do
   mkdir -p "$RESULTS/runs/$(basename "$run")"
