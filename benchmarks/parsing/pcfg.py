@@ -123,20 +123,22 @@ def read_grammar(trees: list[Tree], v: int, h: int) -> Grammar:
     symbols = tags + sorted(set(parents) - set(tags))
     index = {s: i for i, s in enumerate(symbols)}
 
-    def table(rules: Counter) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        ids = torch.tensor([[index[s] for s in rule] for rule in rules], dtype=torch.long)
-        lp = torch.tensor([math.log(c / parents[rule[0]]) for rule, c in rules.items()])
+    def table(rules: Counter, arity: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        ids = torch.tensor([[index[s] for s in rule] for rule in rules],
+                           dtype=torch.long).reshape(len(rules), 1 + arity)
+        lp = torch.tensor([math.log(c / parents[rule[0]]) for rule, c in rules.items()],
+                          dtype=torch.float32)
         groups = defaultdict(list)
         for r, rule in enumerate(rules):
             groups[index[rule[0]]].append(r)
-        width = max(len(g) for g in groups.values())
+        width = max((len(g) for g in groups.values()), default=1)  # a grammar may lack unaries
         by_parent = torch.full((len(symbols), width), len(rules), dtype=torch.long)
         for p, g in groups.items():
             by_parent[p, :len(g)] = torch.tensor(g)
         return ids, lp, by_parent
 
-    b_ids, b_lp, b_by = table(binary)
-    u_ids, u_lp, u_by = table(unary)
+    b_ids, b_lp, b_by = table(binary, 2)
+    u_ids, u_lp, u_by = table(unary, 1)
     root_lp = torch.full((len(symbols),), -math.inf)
     for label, c in roots.items():
         root_lp[index[label]] = math.log(c / len(trees))
