@@ -31,5 +31,5 @@ for run in "$WORK"/runs/*/; do
   cp "$run/config.json" "$run/metrics.jsonl" "$RESULTS/runs/$(basename "$run")/"
 done
 cp "$WORK"/table.md "$WORK"/table.csv "$WORK"/table.png "$WORK"/run.log "$RESULTS/"
-cp "$WORK"/results/*.json "$RESULTS/results/"
+mkdir -p "$RESULTS/results" && cp "$WORK"/results/*.json "$RESULTS/results/"
 exit ${status:-0}
