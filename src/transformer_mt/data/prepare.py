@@ -165,7 +165,7 @@ def encode_split(split: SplitFiles, vocab, cfg: DataConfig, out_dir: Path, *, dr
             open(Path(tmp) / "src", "wb") as src_raw, open(Path(tmp) / "tgt", "wb") as tgt_raw, \
             open(out_dir / f"{split.name}.src.txt", "w", encoding="utf-8") as src_txt, \
             open(out_dir / f"{split.name}.tgt.txt", "w", encoding="utf-8") as tgt_txt:
-        while block := list(islice(pairs, chunk)):
+        for number, block in enumerate(iter(lambda: list(islice(pairs, chunk)), []), 1):
             found = [pair for pair in block if pair is not None]
             drops["invalid_utf8"] += len(block) - len(found)
             src, tgt = [s for s, _ in found], [t for _, t in found]
@@ -180,8 +180,8 @@ def encode_split(split: SplitFiles, vocab, cfg: DataConfig, out_dir: Path, *, dr
                     raw.write(np.asarray(ids, dtype=dtype).tobytes())
                     lengths[side].append(len(ids))
                     txt.write(text + "\n")
-            if drop:
-                log.info("%s: %s pairs encoded", split.name, f"{len(lengths['src']):,}")
+            if drop and number % 50 == 0:  # every 50 chunks (500,000 pairs)
+                log.info("%s: %s pairs read and encoded", split.name, f"{number * chunk:,}")
         src_raw.close()
         tgt_raw.close()
         for side in SIDES:
