@@ -1,6 +1,8 @@
 import gzip
 import hashlib
 import io
+import urllib.request
+import zipfile
 
 import pytest
 
@@ -31,6 +33,8 @@ def test_bad_pair_or_missing_corpus(tmp_path):
         locate("multi30k", "en-de", tmp_path)
     with pytest.raises(DataError, match=r"pair 'en-cs' must be two of \('en', 'de', 'fr'\)"):
         locate("multi30k-tok", "en-cs", tmp_path)  # upstream's Czech tok files are not pinned
+    with pytest.raises(DataError, match="wmt14: pair 'de-fr' lacks 'en', which every pair has"):
+        locate("wmt14", "de-fr", tmp_path)
     with pytest.raises(DataError, match="unknown dataset"):
         locate("iwslt", "en-de", tmp_path)
 
@@ -43,15 +47,17 @@ def test_download_checks_sha256(shared_data, tmp_path, monkeypatch):
         name = url.rsplit("/", 1)[-1]
         return io.BytesIO((shared_data / "multi30k" / name).read_bytes())
 
-    monkeypatch.setattr(corpora.urllib.request, "urlopen", fake_urlopen)
+    monkeypatch.setattr(urllib.request, "urlopen", fake_urlopen)
     files = locate("multi30k", "en-fr", tmp_path, download=True)
     assert all(f.src.exists() and f.tgt.exists() for f in files)
     assert (tmp_path / "multi30k/val.cs.gz").read_bytes() == \
         (shared_data / "multi30k/val.cs.gz").read_bytes()
     corrupted = lambda url, timeout: io.BytesIO(b"not the file")
-    monkeypatch.setattr(corpora.urllib.request, "urlopen", corrupted)
-    with pytest.raises(DataError, match="sha256 mismatch"):
+    monkeypatch.setattr(urllib.request, "urlopen", corrupted)
+    with pytest.raises(DataError, match=r"train\.en\.gz: 12 bytes, sha256 [0-9a-f]{64}; not the "
+                                        "published sha256 [0-9a-f]{64}: refused"):
         corpora.download_multi30k(tmp_path / "other")
+    assert not list((tmp_path / "other").iterdir())  # nothing half-kept
 
 
 def test_the_tokenized_multi30k_downloads_as_plain_text_and_is_stored_gzipped(
@@ -66,7 +72,7 @@ def test_the_tokenized_multi30k_downloads_as_plain_text_and_is_stored_gzipped(
         return io.BytesIO(gzip.decompress((shared_data / "multi30k/tok" / f"{name}.gz")
                                           .read_bytes()))
 
-    monkeypatch.setattr(corpora.urllib.request, "urlopen", fake_urlopen)
+    monkeypatch.setattr(urllib.request, "urlopen", fake_urlopen)
     files = {f.name: f for f in locate("multi30k-tok", "de-fr", tmp_path, download=True)}
     assert len(fetched) == 9  # all three languages, as for the raw files
     assert files["valid"].src == tmp_path / "multi30k/tok/val.lc.norm.tok.de.gz"
@@ -97,3 +103,22 @@ def test_tatoeba_split_reproduces_the_shared_split(shared_data):
             assert ours == theirs, path
     assert not set(splits["test"][0]) & set(splits["train"][0])
     assert read_lines(shared_data / "tatoeba-deu-eng/dev.en.gz", 1)[0] == splits["dev"][0][0]
+
+
+def test_tatoeba_downloads_its_archive_and_splits_it(shared_data, tmp_path, monkeypatch):
+    # the published archive is not here: a zip of the shared deu.txt stands in, its sha256 pinned
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("deu.txt", gzip.decompress(
+            (shared_data / "tatoeba-deu-eng/deu.txt.gz").read_bytes()))
+    served = buffer.getvalue()
+    monkeypatch.setattr(corpora, "TATOEBA_ZIP_SHA256", hashlib.sha256(served).hexdigest())
+    monkeypatch.setattr(urllib.request, "urlopen", lambda url, timeout: io.BytesIO(served))
+    files = {f.name: f for f in locate("tatoeba-deu-eng", "de-en", tmp_path, download=True)}
+    for split in ("train", "dev", "test"):
+        ours = tmp_path / f"tatoeba-deu-eng/{split}.de.gz"
+        assert gzip.decompress(ours.read_bytes()) == \
+            gzip.decompress((shared_data / f"tatoeba-deu-eng/{split}.de.gz").read_bytes())
+    assert files["valid"].tgt == tmp_path / "tatoeba-deu-eng/dev.en.gz"
+    assert sorted(p.name for p in (tmp_path / "tatoeba-deu-eng").iterdir()) == sorted(
+        f"{split}.{lang}.gz" for split in ("train", "dev", "test") for lang in ("en", "de"))

@@ -81,7 +81,7 @@ def test_cky_finds_the_viterbi_tree(v, h):
     better = 0
     for tree in trees[:25]:
         words = tree.words()
-        best = pcfg.cky(g, words)
+        best = pcfg.cky(g, words, pcfg.emissions(g, words))
         assert best is not None and best.words() == words
         gold = log_prob(g, pcfg.binarise(tree, "TOP", v, h), words)
         found = log_prob(g, best, words)

@@ -63,7 +63,7 @@ def main() -> None:
     for tree in [next(t for t in dev if len(t.words()) == n) for n in args.lengths]:
         words = tree.words()
         start = time.monotonic()
-        ours = cky(g, words)
+        ours = cky(g, words, emissions(g, words))
         ours_s = time.monotonic() - start
         grammar = nltk_grammar(g, words)
         start = time.monotonic()

@@ -176,8 +176,9 @@ def emissions(g: Grammar, words: list[str]) -> torch.Tensor:
     return out
 
 
-def cky(g: Grammar, words: list[str]) -> Tree | None:
-    """The Viterbi parse of `words`, or None when the grammar covers no tree of them. Unary
+def cky(g: Grammar, words: list[str], lex: torch.Tensor) -> Tree | None:
+    """The Viterbi parse of `words` given their emissions `lex` (n, N), or None when the grammar
+    covers no tree of them. Unary
     rules only rewrite a tag (binarise collapsed the other chains), so they apply at the
     leaves."""
     n, size = len(words), len(g.symbols)
@@ -185,7 +186,6 @@ def cky(g: Grammar, words: list[str]) -> Tree | None:
     split = torch.zeros((n + 1, n + 1, size), dtype=torch.long)
     rule = torch.full((n + 1, n + 1, size), -1, dtype=torch.long)
     never = torch.tensor([-math.inf])
-    lex = emissions(g, words)  # (n, N)
     cand = torch.cat([lex[:, g.unary[:, 1]] + g.unary_lp, never.expand(n, 1)], 1)
     best, arg = cand[:, g.unary_by_parent].max(-1)  # (n, N)
     use = best > lex
@@ -227,9 +227,9 @@ def build(g: Grammar, words: list[str], i: int, j: int, sym: int, split, rule, v
 def parse(g: Grammar, words: list[str]) -> tuple[Tree, bool]:
     """The parse as a Treebank tree, and whether the grammar covered the sentence (if not: a
     flat S over the most likely tags)."""
-    tree = cky(g, words)
+    lex = emissions(g, words)  # (n, N)
+    tree = cky(g, words, lex)
     if tree is None:
-        lex = emissions(g, words)
         return Tree("S", [Tree(g.symbols[int(lex[i].argmax())], word=w)
                           for i, w in enumerate(words)]), False
     (out,) = debinarise(tree)

@@ -20,15 +20,16 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import io
 import logging
-import urllib.request
+import shutil
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..storage.files import sha256_file
+from ..storage.files import atomic_write, sha256_file
 from . import wmt14
+from .download import download
 from .prepare import SplitFiles
 from .text import DataError
 
@@ -93,6 +94,9 @@ class Corpus:
     # under a data directory: where the files are, or are downloaded to (default: the name)
     directory: str | None = None
     optional: tuple[str, ...] = ()  # splits that may be missing (wmt14's training text)
+    pivot: str | None = None  # a language every pair has; "{pair}" in a stem puts it first
+    # makes the missing training files (src, tgt) of a pair in a directory, where it can
+    complete_train: Callable[[Path, str, tuple[Path, Path], bool], None] | None = None
 
 
 CORPORA = {
@@ -105,7 +109,8 @@ CORPORA = {
                               {"train": "train", "valid": "dev", "test": "test"}, ".gz"),
     "wmt14": Corpus("wmt14", ("en", "de", "fr"),
                     {"train": "train.{pair}", "valid": "newstest2013.{pair}",
-                     "test": "newstest2014.{pair}"}, "", optional=("train",)),
+                     "test": "newstest2014.{pair}"}, "", optional=("train",), pivot="en",
+                    complete_train=wmt14.complete_training),
 }
 
 
@@ -114,8 +119,9 @@ def _parse_pair(corpus: Corpus, pair: str) -> tuple[str, str]:
     if not sep or src == tgt or {src, tgt} - set(corpus.languages):
         raise DataError(f"{corpus.name}: pair '{pair}' must be two of {corpus.languages}, "
                         "e.g. en-de")
-    if corpus.name == "wmt14" and "en" not in (src, tgt):
-        raise DataError("wmt14: pairs are en-de, de-en, en-fr or fr-en")
+    if corpus.pivot and corpus.pivot not in (src, tgt):
+        raise DataError(f"{corpus.name}: pair '{pair}' lacks '{corpus.pivot}', which every "
+                        "pair has")
     return src, tgt
 
 
@@ -124,8 +130,9 @@ def split_files(name: str, pair: str, root: Path) -> list[SplitFiles]:
     corpus = CORPORA[name]
     src, tgt = _parse_pair(corpus, pair)
     files = []
+    pivot_first = f"{src}-{tgt}" if src == corpus.pivot else f"{tgt}-{src}"  # en-de, en-fr
     for split, stem in corpus.splits.items():
-        stem = stem.format(pair=wmt14.english_first(pair))  # en-de, en-fr
+        stem = stem.format(pair=pivot_first)
         files.append(SplitFiles(split, root / f"{stem}.{src}{corpus.suffix}",
                                 root / f"{stem}.{tgt}{corpus.suffix}"))
     return files
@@ -152,20 +159,9 @@ def locate(name: str, pair: str, data_dir: Path, *, download: bool = False) -> l
         DOWNLOADERS[name](home)
         files = split_files(name, pair, home)
     train = files[0]  # wmt14's: missing until joined from its archives
-    if name == "wmt14" and not train.src.exists():
-        root = train.src.parent
-        if download or all((root / a.name).exists() for a in wmt14.archives(pair)):
-            wmt14.join_training(root, pair, (train.src, train.tgt), download=download)
+    if corpus.complete_train and not train.src.exists():
+        corpus.complete_train(train.src.parent, pair, (train.src, train.tgt), download)
     return [f for f in files if f.src.exists() and f.tgt.exists()]
-
-
-def fetch(url: str, sha256: str) -> bytes:
-    log.info("downloading %s", url)
-    with urllib.request.urlopen(url, timeout=120) as response:  # noqa: S310 (https, pinned)
-        data = response.read()
-    if hashlib.sha256(data).hexdigest() != sha256:
-        raise DataError(f"{url}: sha256 mismatch, refusing the download")
-    return data
 
 
 def _download_files(root: Path, urls_and_hashes: dict[str, tuple[str, str]], *,
@@ -176,10 +172,20 @@ def _download_files(root: Path, urls_and_hashes: dict[str, tuple[str, str]], *,
         path = root / (filename + ".gz" if gzipped else filename)
         if path.exists() and _sha256_of_content(path, gzipped) == sha256:
             continue
-        data = fetch(url, sha256)
-        tmp = path.with_name(path.name + ".part")
-        tmp.write_bytes(gzip.compress(data, compresslevel=9, mtime=0) if gzipped else data)
-        tmp.replace(path)
+        if not gzipped:
+            download(url, path, sha256)
+            continue
+        plain = download(url, root / f".{filename}.download", sha256)
+        try:
+            atomic_write(path, lambda tmp, plain=plain: _gzip(plain, tmp))
+        finally:
+            plain.unlink()
+
+
+def _gzip(plain: Path, out: Path) -> None:
+    with open(plain, "rb") as f, open(out, "wb") as raw, \
+            gzip.GzipFile(filename="", mode="wb", compresslevel=9, fileobj=raw, mtime=0) as z:
+        shutil.copyfileobj(f, z, 1 << 20)
 
 
 def _sha256_of_content(path: Path, gzipped: bool) -> str | None:
@@ -211,8 +217,12 @@ def download_wmt14(root: Path) -> None:
 
 
 def download_tatoeba(root: Path) -> None:
-    archive = zipfile.ZipFile(io.BytesIO(fetch(TATOEBA_URL, TATOEBA_ZIP_SHA256)))
-    lines = archive.read("deu.txt").decode("utf-8").splitlines()
+    path = download(TATOEBA_URL, root / ".deu-eng.zip", TATOEBA_ZIP_SHA256)
+    try:
+        with zipfile.ZipFile(path) as archive:
+            lines = archive.read("deu.txt").decode("utf-8").splitlines()
+    finally:
+        path.unlink()
     for split, (en, de) in split_tatoeba(lines).items():
         for lang, texts in (("en", en), ("de", de)):
             data = "".join(t + "\n" for t in texts).encode("utf-8")

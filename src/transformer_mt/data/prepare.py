@@ -25,7 +25,7 @@ import tempfile
 from array import array
 from collections import Counter
 from dataclasses import dataclass
-from itertools import islice
+from itertools import chain, islice
 from pathlib import Path
 
 import numpy as np
@@ -170,16 +170,19 @@ def encode_split(split: SplitFiles, vocab, cfg: DataConfig, out_dir: Path, *, dr
             drops["invalid_utf8"] += len(block) - len(found)
             src, tgt = [s for s, _ in found], [t for _, t in found]
             src_ids, tgt_ids = encode_pairs(vocab, src, tgt)
+            kept = {"src": [], "tgt": []}  # this chunk's token ids, written at once
             for i, (s, t) in enumerate(zip(src_ids, tgt_ids, strict=True)):
                 reason = drop_reason(s, t, cfg) if drop else None
                 if reason:
                     drops[reason] += 1
                     continue
-                for side, ids, raw, txt, text in (("src", s, src_raw, src_txt, src[i]),
-                                                 ("tgt", t, tgt_raw, tgt_txt, tgt[i])):
-                    raw.write(np.asarray(ids, dtype=dtype).tobytes())
+                for side, ids, txt, text in (("src", s, src_txt, src[i]),
+                                             ("tgt", t, tgt_txt, tgt[i])):
+                    kept[side].append(ids)
                     lengths[side].append(len(ids))
                     txt.write(text + "\n")
+            for side, raw in (("src", src_raw), ("tgt", tgt_raw)):
+                raw.write(np.fromiter(chain.from_iterable(kept[side]), dtype=dtype).tobytes())
             if drop and number % 50 == 0:  # every 50 chunks (500,000 pairs)
                 log.info("%s: %s pairs read and encoded", split.name, f"{number * chunk:,}")
         src_raw.close()

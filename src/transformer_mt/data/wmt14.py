@@ -11,17 +11,16 @@ wmt14 directory by hand under their published names; either way they are checked
 from __future__ import annotations
 
 import gzip
-import hashlib
 import logging
 import shutil
 import tarfile
 import tempfile
-import urllib.request
 from dataclasses import dataclass
 from itertools import zip_longest
 from pathlib import Path
 
 from ..storage.files import sha256_file
+from .download import download
 from .text import DataError
 
 log = logging.getLogger(__name__)
@@ -87,26 +86,8 @@ def check_archive(path: Path, archive: Archive) -> None:
 
 
 def fetch_archive(archive: Archive, root: Path) -> Path:
-    """Download `archive` into root (streamed to disk, its sha256 computed as it comes, progress
-    logged), keeping it only if its size and sha256 are the published ones."""
-    root.mkdir(parents=True, exist_ok=True)
-    path, part = root / archive.name, root / f"{archive.name}.part"
-    digest, done, shown = hashlib.sha256(), 0, 0
-    log.info("downloading %s (%.0f MB)", archive.url, archive.size / 1e6)
-    with urllib.request.urlopen(archive.url, timeout=120) as response, open(part, "wb") as out:  # noqa: S310
-        while chunk := response.read(1 << 20):
-            digest.update(chunk)
-            out.write(chunk)
-            done += len(chunk)
-            if done - shown >= archive.size / 20:
-                log.info("%s: %.0f of %.0f MB", archive.name, done / 1e6, archive.size / 1e6)
-                shown = done
-    if done != archive.size or digest.hexdigest() != archive.sha256:
-        part.unlink()
-        raise DataError(f"{archive.url}: {done:,} bytes, sha256 {digest.hexdigest()}; not the "
-                        f"published {archive.size:,} bytes, {archive.sha256}: refused")
-    part.replace(path)
-    return path
+    """Download `archive` into root, kept only if its size and sha256 are the published ones."""
+    return download(archive.url, root / archive.name, archive.sha256, archive.size)
 
 
 def join_training(root: Path, pair: str, outputs: tuple[Path, Path], *,
@@ -146,6 +127,13 @@ def join_training(root: Path, pair: str, outputs: tuple[Path, Path], *,
     for part, out in zip(parts, outputs, strict=True):
         part.replace(out)
     log.info("wmt14 %s: %s training pairs in %s", pair, f"{total:,}", outputs[0].parent)
+
+
+def complete_training(root: Path, pair: str, outputs: tuple[Path, Path], download: bool) -> None:
+    """join_training where the archives are in root or download says to fetch them; else
+    nothing (the test sets come alone)."""
+    if download or all((root / a.name).exists() for a in archives(pair)):
+        join_training(root, pair, outputs, download=download)
 
 
 def _extract(archive: Path, member: str, tmp: Path) -> Path:
