@@ -131,7 +131,7 @@ def marian_config(cfg: ModelConfig):
         encoder_attention_heads=cfg.n_heads, decoder_attention_heads=cfg.n_heads,
         encoder_ffn_dim=cfg.d_ff, decoder_ffn_dim=cfg.d_ff, activation_function="relu",
         dropout=cfg.dropout, attention_dropout=0.0, activation_dropout=0.0,
-        max_position_embeddings=256, scale_embedding=True,
+        max_position_embeddings=cfg.max_positions, scale_embedding=True,
         share_encoder_decoder_embeddings=True, tie_word_embeddings=True,
         pad_token_id=cfg.vocab_size - 1, eos_token_id=cfg.eos_id, bos_token_id=cfg.bos_id,
         decoder_start_token_id=cfg.vocab_size - 1, forced_eos_token_id=None)
