@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # After training: average the last checkpoints, select the model and the length penalty on val
 # by sacreBLEU (§6.1: beam size and alpha "were chosen after experimentation on the development
-# set"), then translate test_2016_flickr and score it (sacreBLEU; tokenized lowercased BLEU).
+# set"), then translate test_2016_flickr and score it (sacreBLEU and chrF; tokenized lowercased
+# BLEU). DATASET=tatoeba-deu-eng: Tatoeba's test split instead (test_files.sh).
 # Usage: benchmarks/multi30k/finish.sh OUT_DIR SRC TGT   (run.sh calls it; it can be rerun)
 #   AVERAGE="5 10": average the last 5 and the last 10 checkpoints (default "5")
 #   ALPHAS="0.6 1.0": length penalties to try on val (default "0.6", the paper's)
@@ -70,10 +71,11 @@ echo "$best" > "$OUT/selected"
 echo "$best_alpha" > "$OUT/alpha"
 echo "$best_beam" > "$OUT/beam"
 echo "$best_mbr" > "$OUT/mbr"
+echo "$TEST_NAME" > "$OUT/test_set"
 
 translate "$OUT/$best" "$best_alpha" "$best_beam" "$best_mbr" "$TEST_SRC" "$OUT/test.hyp.$TGT"
 transformer-mt evaluate --hyp "$OUT/test.hyp.$TGT" --ref "$TEST_REF" --json "$OUT/test.sacrebleu.json"
-if [ -f "$TOKREF" ]; then
+if [ -n "$TOKREF" ] && [ -f "$TOKREF" ]; then
   transformer-mt evaluate --hyp "$OUT/test.hyp.$TGT" --ref "$TEST_REF" --lang "$TGT" \
     "${TOK_ARGS[@]}" --tok-ref "$TOKREF" --json "$OUT/test.tokbleu.json" "${PAIRED[@]}"
 fi

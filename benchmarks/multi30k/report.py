@@ -59,6 +59,9 @@ def main(out: Path) -> None:
     last_checkpoint = sorted((run / "checkpoints").iterdir())[-1]
     state = json.loads((last_checkpoint / "state.json").read_text())
     selected = (out / "selected").read_text().strip()
+    # finish.sh's test set (Multi30k's test_2016_flickr for runs finished before it said)
+    test_set = (out / "test_set").read_text().strip() if (out / "test_set").exists() \
+        else "test_2016_flickr"
     tokbleu = json.loads((out / "test.tokbleu.json").read_text()) \
         if (out / "test.tokbleu.json").exists() else None
     # finish.sh LC_TOK=1: a model of the tok/*.lc.norm.tok files writes tokenized lowercase text
@@ -97,7 +100,7 @@ def main(out: Path) -> None:
         "mbr_selected_on_val": selected_setting(out / "mbr", str, "mbr"),
         "val": {path.name.removeprefix("val.").removesuffix(".json"): json.loads(path.read_text())
                 for path in sorted(out.glob("val.*.json"))},
-        "test_2016_flickr": {
+        test_set: {
             "hypotheses": "lowercased and tokenized, as the tok/ files it trained on" if tokenized
             else "cased, detokenised",
             # of tokenized hypotheses: against the tokenized reference, not a cased sacreBLEU
@@ -129,13 +132,13 @@ def main(out: Path) -> None:
     if (run / "curves.png").exists():
         shutil.copyfile(run / "curves.png", dest / "curves.png")
     tgt = config["languages"][1]
-    name = f"test_2016_flickr.{'lc.norm.tok.' if tokenized else ''}hyp.{tgt}"
+    name = f"{test_set}.{'lc.norm.tok.' if tokenized else ''}hyp.{tgt}"
     shutil.copyfile(out / f"test.hyp.{tgt}", dest / name)
     if "knn" in results:
         shutil.copyfile(knn / f"test.hyp.{tgt}", dest / name.replace("hyp.", "knn.hyp."))
         if (out / "knn.log").exists():
             shutil.copyfile(out / "knn.log", dest / "knn.log")
-    print(json.dumps({k: results[k] for k in ("test_2016_flickr", "knn") if k in results},
+    print(json.dumps({k: results[k] for k in (test_set, "knn") if k in results},
                      indent=2))
 
 

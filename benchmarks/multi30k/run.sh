@@ -10,6 +10,7 @@
 # 2021, bidirectional_data.py), the rest on SRC->TGT.
 # AVERAGE="5 10", ALPHAS="0.6 1.0" and BEAMS="4 8" pass to finish.sh (averaging, selection on
 # val, test); the config's train.keep_last must keep as many checkpoints as AVERAGE averages.
+# DATASET=tatoeba-deu-eng trains and tests on Tatoeba instead (benchmarks/tatoeba/run.sh).
 # Weights stay in OUT_DIR (default runs/multi30k-SRC-TGT, git-ignored); the config, logs and
 # scores to commit are copied to benchmarks/results/multi30k-SRC-TGT/ by report.py.
 set -euo pipefail
@@ -20,11 +21,11 @@ OUT=${4:-$REPO/runs/multi30k-$SRC-$TGT}
 CONFIG=${CONFIG:-$REPO/benchmarks/multi30k/multi30k.yaml}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/run.log") 2>&1
-echo "== $(date -u +%FT%TZ) multi30k $SRC->$TGT, $MINUTES min, commit $(git -C "$REPO" rev-parse --short HEAD), config $CONFIG ${TRAIN_ARGS:-}" \
+echo "== $(date -u +%FT%TZ) ${DATASET:-multi30k} $SRC->$TGT, $MINUTES min, commit $(git -C "$REPO" rev-parse --short HEAD), config $CONFIG ${TRAIN_ARGS:-}" \
   "LC_TOK=${LC_TOK:-} BIDIRECTIONAL_EPOCHS=${BIDIRECTIONAL_EPOCHS:-} AVERAGE=${AVERAGE:-} ALPHAS=${ALPHAS:-} BEAMS=${BEAMS:-}"
 
 if [ ! -f "$OUT/data/meta.json" ]; then
-  transformer-mt prepare --dataset "multi30k${LC_TOK:+-tok}" --pair "$SRC-$TGT" --data-dir "$DATA" \
+  transformer-mt prepare --dataset "${DATASET:-multi30k}${LC_TOK:+-tok}" --pair "$SRC-$TGT" --data-dir "$DATA" \
     --config "$CONFIG" --out "$OUT/data"
 fi
 if [ -n "${BIDIRECTIONAL_EPOCHS:-}" ]; then
