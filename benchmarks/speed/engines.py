@@ -1,8 +1,8 @@
 """The engines compared by the speed benchmarks, built at the same shape with random weights:
 transformer-mt, Hugging Face MarianMTModel, CTranslate2 (converted from that Marian model) and
 torch.nn.Transformer with the tutorial's naive decoding. Ours runs as the `transformer-mt`
-command does, with glibc's malloc thresholds raised (hardware/malloc.py) and oneDNN's caches
-bounded (hardware/onednn.py); the peers as they ship.
+command does, with glibc's malloc thresholds raised (hardware/malloc.py; and for training
+oneDNN's caches bounded, hardware/onednn.py, as `train` does); the peers as they ship.
 run.sh also runs ours without and the peers with the same thresholds (glibc's environment
 variables), as controls; `build` records which. Each engine exposes what its benchmark
 needs: a training step on (src, tgt_in, tgt_out) id batches, and decoding of id batches with the
@@ -29,7 +29,6 @@ from transformer_mt.config import DecodeConfig, ModelConfig, TrainConfig, load_c
 from transformer_mt.data.dataset import ParallelData
 from transformer_mt.hardware.cpu_speed import cpu_model
 from transformer_mt.hardware.malloc import tune_malloc
-from transformer_mt.hardware.onednn import bound_onednn_caches
 from transformer_mt.inference.quantize import quantize_int8
 from transformer_mt.inference.search import generate
 from transformer_mt.model.attention import attention_kernels
@@ -365,8 +364,6 @@ def build(engine: str, cfg: ModelConfig, *, dtype: str, threads: int, device: st
         raise ValueError(f"engine {engine!r} runs on the CPU only here")
     if engine != "ours" and compile:
         raise ValueError("compile: our engine only")
-    if engine == "ours":
-        bound_onednn_caches()  # as the transformer-mt command does
     tuned = tune_malloc() if engine == "ours" else all(
         name in os.environ for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"))
     if engine == "ours":

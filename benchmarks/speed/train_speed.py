@@ -25,6 +25,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from transformer_mt.config import ModelConfig, load_config
 from transformer_mt.data.batching import token_batches
 from transformer_mt.data.dataset import ParallelData
+from transformer_mt.hardware.onednn import bound_onednn_caches
 
 SHAPES = {"small": "small", "base": "base"}
 
@@ -95,6 +96,8 @@ def main(argv: list[str] | None = None) -> dict:
                                            f"train.bf16={args.dtype == 'bf16'}",
                                            f"train.fp16={args.dtype == 'fp16'}"])
     torch.manual_seed(0)
+    if args.engine == "ours":
+        bound_onednn_caches()  # as `train` does
     engine = build(args.engine, cfg.model, dtype=args.dtype, threads=torch.get_num_threads(),
                    device=args.device, compile=args.compile)
     data = ParallelData(args.data, "train")

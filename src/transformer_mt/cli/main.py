@@ -9,7 +9,6 @@ import sys
 
 from ..config import ConfigError
 from ..hardware.malloc import tune_malloc
-from ..hardware.onednn import bound_onednn_caches
 from . import (
     attention,
     average,
@@ -53,13 +52,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_command(args: argparse.Namespace, *, prog: str) -> int:
-    """Run the parsed command `args.run` with logging, malloc and oneDNN's caches set up; bad
-    input (a config, a file, a value) is a one-line error naming it and exit code 2, not a
-    traceback."""
+    """Run the parsed command `args.run` with logging and malloc set up; bad input (a config,
+    a file, a value) is a one-line error naming it and exit code 2, not a traceback."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s",
                         datefmt="%H:%M:%S")
     tune_malloc()
-    bound_onednn_caches()
     try:
         return args.run(args)
     except (ConfigError, ValueError, OSError) as err:

@@ -9,7 +9,9 @@ met (the Multi30k tiny recipe in bf16: 2,566 MiB after 160 steps, against 943 Mi
 Capped at 32 entries each, the same run holds 945 MiB and was no slower than its uncapped twin
 run beside it (benchmarks/results/bf16-memory-bounded). fp32 products do not use these caches.
 
-Set at start, before the first product; a capacity the user set in the environment is kept.
+`train` sets them at its start, before the process's first product; a capacity the user set in
+the environment is kept. Decoding keeps torch's capacities: a beam search meets a new attention
+shape at every step, and whether a small cache slows bf16 decoding is not measured yet.
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from ..data.dataset import ParallelData
 from ..data.prepare import load_meta, load_vocab
 from ..data.vocab import Vocabulary
 from ..hardware.cpu_speed import cpu_model, probed_gflops, warn_if_bf16_is_slow
+from ..hardware.onednn import bound_onednn_caches
 from ..model.transformer import Transformer
 from ..storage.model_dir import WEIGHTS_FILE, assign_weights, read_weights
 from .checkpoint import clean_temporaries, latest_checkpoint, save_checkpoint
@@ -53,6 +54,7 @@ def train(cfg: Config, *, data_dir: Path, run_dir: Path, ignore_mismatch: bool =
     checkpoint's). `init_from`: a model directory whose weights a new run starts from (cfg.model
     must be its config: `init_model_config`; the data prepared with its vocabulary). Under
     torchrun, one process per device (distributed.py). Returns the final state."""
+    bound_onednn_caches()  # bf16 steps in bounded memory; before this process's first product
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
     world, device = init_world(cfg.train.device)
