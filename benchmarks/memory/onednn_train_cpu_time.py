@@ -12,37 +12,45 @@ import sys
 import time
 from pathlib import Path
 
-data_dir, capacity = sys.argv[1], sys.argv[2]
-for name in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY"):
-    os.environ[name] = capacity  # before torch's first product
-repo = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(repo / "benchmarks" / "speed"))
-
-import torch  # noqa: E402
-from engines import build  # noqa: E402
-
-from transformer_mt.config import load_config  # noqa: E402
-from transformer_mt.data.batching import token_batches  # noqa: E402
-from transformer_mt.data.dataset import ParallelData  # noqa: E402
-
-torch.set_num_threads(1)
-cfg = load_config(str(repo / "benchmarks/multi30k/multi30k-tiny-prenorm.yaml"), ["train.bf16=true"])
-torch.manual_seed(0)
-engine = build("ours", cfg.model, dtype="bf16", threads=1)
-data = ParallelData(Path(data_dir), "train")
-batches = token_batches(data.src_lengths, data.tgt_lengths, max_tokens=4096, seed=1, epoch=0)
+CACHES = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
+REPO = Path(__file__).resolve().parents[2]
 
 
-def step(batch) -> None:
-    engine.train_step(*data.collate(batch), int(data.tgt_lengths[batch].sum()))
+def main(data_dir: Path, capacity: str) -> dict:
+    for name in CACHES:
+        os.environ[name] = capacity  # before torch's first product
+    sys.path.insert(0, str(REPO / "benchmarks" / "speed"))
+    import torch
+    from engines import build
+
+    from transformer_mt.config import load_config
+    from transformer_mt.data.batching import token_batches
+    from transformer_mt.data.dataset import ParallelData
+
+    torch.set_num_threads(1)
+    cfg = load_config(str(REPO / "benchmarks/multi30k/multi30k-tiny-prenorm.yaml"),
+                      ["train.bf16=true"])
+    torch.manual_seed(0)
+    engine = build("ours", cfg.model, dtype="bf16", threads=1)
+    data = ParallelData(data_dir, "train")
+    batches = token_batches(data.src_lengths, data.tgt_lengths, max_tokens=4096, seed=1,
+                            epoch=0)
+
+    def step(batch) -> None:
+        engine.train_step(*data.collate(batch), int(data.tgt_lengths[batch].sum()))
+
+    for batch in batches[:10]:
+        step(batch)
+    start = time.process_time()
+    for batch in batches[10:130]:
+        step(batch)
+    with open("/proc/self/statm") as f:
+        rss_mib = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    out = {"capacity": capacity, "cpu_s_120_steps": round(time.process_time() - start, 1),
+           "rss_mib": round(rss_mib)}
+    print(json.dumps(out))
+    return out
 
 
-for batch in batches[:10]:
-    step(batch)
-start = time.process_time()
-for batch in batches[10:130]:
-    step(batch)
-with open("/proc/self/statm") as f:
-    rss_mib = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-print(json.dumps({"capacity": capacity, "cpu_s_120_steps": round(time.process_time() - start, 1),
-                  "rss_mib": round(rss_mib)}))
+if __name__ == "__main__":
+    main(Path(sys.argv[1]), sys.argv[2])
