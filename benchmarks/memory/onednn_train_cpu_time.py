@@ -26,6 +26,7 @@ def main(data_dir: Path, capacity: str) -> dict:
     from transformer_mt.config import load_config
     from transformer_mt.data.batching import token_batches
     from transformer_mt.data.dataset import ParallelData
+    from transformer_mt.training.metrics import resident_mib
 
     torch.set_num_threads(1)
     cfg = load_config(str(REPO / "benchmarks/multi30k/multi30k-tiny-prenorm.yaml"),
@@ -44,10 +45,8 @@ def main(data_dir: Path, capacity: str) -> dict:
     start = time.process_time()
     for batch in batches[10:130]:
         step(batch)
-    with open("/proc/self/statm") as f:
-        rss_mib = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
     out = {"capacity": capacity, "cpu_s_120_steps": round(time.process_time() - start, 1),
-           "rss_mib": round(rss_mib)}
+           "rss_mib": round(resident_mib())}
     print(json.dumps(out))
     return out
 

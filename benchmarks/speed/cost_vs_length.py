@@ -35,6 +35,7 @@ from engines import build, emit, git_commit
 from transformer_mt.config import ModelConfig, load_config
 from transformer_mt.hardware.cpu_speed import cpu_model
 from transformer_mt.model.stats import forward_flops_per_token
+from transformer_mt.training.metrics import resident_mib
 
 ENGINES = {"ours": "transformer-mt", "marian": "hf-marian"}
 
@@ -44,11 +45,6 @@ def shape_config(shape: str, max_length: int) -> ModelConfig:
     and the decoder's start token."""
     return load_config(shape, ["model.vocab_size=8000", "model.dropout=0.0",
                                f"model.max_positions={max_length + 8}"]).model
-
-
-def rss_mib() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * resource.getpagesize() / 2**20
 
 
 def peak_rss_mib() -> float:
@@ -66,7 +62,7 @@ def cell(args: argparse.Namespace) -> dict:
     torch.manual_seed(0)
     engine = build(args.engine, cfg, dtype="fp32", threads=torch.get_num_threads())
     generator = torch.Generator().manual_seed(1)
-    built_mib = rss_mib()
+    built_mib = resident_mib()
     times = []
     if args.task == "train":
         rows = max(1, args.tokens // args.length)
@@ -91,6 +87,12 @@ def cell(args: argparse.Namespace) -> dict:
             "peak_rss_mib": peak_rss_mib()}
 
 
+def series(cells: list[dict], engine: str, task: str) -> list[dict]:
+    """One engine's cells of one task, by length."""
+    return sorted((c for c in cells if c["engine"] == engine and c["task"] == task),
+                  key=lambda c: c["length"])
+
+
 def fit(lengths: list[int], seconds: list[float]) -> tuple[float, float]:
     """(c0, c1) of seconds = c0 + c1 * length, least squares."""
     c1, c0 = np.polyfit(np.asarray(lengths, float), np.asarray(seconds, float), 1)
@@ -104,8 +106,7 @@ def summarise(cells: list[dict], cfg: ModelConfig, tokens: int) -> dict:
     out = {"flop_model": {"per_token_flops_A": a, "per_length_flops_B": b,
                           "attention_dominates_from_length": a / b}}
     for name in ENGINES.values():
-        train = sorted((c for c in cells if c["engine"] == name and c["task"] == "train"),
-                       key=lambda c: c["length"])
+        train = series(cells, name, "train")
         if len(train) >= 2:
             c0, c1 = fit([c["length"] for c in train], [c["median_s"] for c in train])
             out[name] = {"step_s_at_length_0": c0, "step_s_per_length": c1,
@@ -142,8 +143,7 @@ def plot(cells: list[dict], summary: dict, path: Path) -> None:
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
     for name, colour in zip(ENGINES.values(), ("tab:blue", "tab:orange"), strict=True):
         for task, marker in (("train", "o-"), ("decode", "s--")):
-            got = sorted((c for c in cells if c["engine"] == name and c["task"] == task),
-                         key=lambda c: c["length"])
+            got = series(cells, name, task)
             if not got:
                 continue
             lengths = [c["length"] for c in got]
