@@ -1,7 +1,7 @@
 import pytest
 
 from transformer_mt import ModelConfig, load_config
-from transformer_mt.config import ConfigError
+from transformer_mt.config import ConfigError, preset_names
 
 
 def test_presets_follow_the_paper():
@@ -14,6 +14,14 @@ def test_presets_follow_the_paper():
     small, tiny = load_config("small").model, load_config("tiny").model
     assert (small.n_encoder_layers, small.d_model, small.n_heads, small.d_ff) == (3, 256, 4, 1024)
     assert (tiny.n_encoder_layers, tiny.d_model) == (2, 64)
+
+
+def test_every_shipped_preset_loads():
+    # a misspelt key or a value of the wrong type in any shipped YAML is a ConfigError here
+    names = preset_names()
+    assert {"base", "big", "multi30k", "tatoeba", "wmt14-base"} <= set(names)
+    for name in names:
+        assert load_config(name).model.d_model > 0
 
 
 def test_defaults_are_the_paper():
@@ -82,7 +90,7 @@ def test_bad_overrides_name_the_key(override, message):
 
 def test_unknown_preset():
     with pytest.raises(ConfigError, match="unknown preset 'huge'.*base, big, multi30k, parsing, "
-                                          "parsing-cpu, small, tiny, wmt14-base, wmt14-big"):
+                                          "parsing-cpu, small, tatoeba, tiny, wmt14-base, wmt14-big"):
         load_config("huge")
 
 
