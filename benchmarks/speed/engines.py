@@ -259,7 +259,9 @@ class CTranslate2:
         import ctranslate2
         from transformers import MarianMTModel
 
-        self.name = f"ctranslate2-{compute_type}"
+        # its matrix backend as run.sh forces it (CT2_USE_MKL), or as shipped: MKL on Intel
+        backend = {"1": " mkl", "0": " onednn"}.get(os.environ.get("CT2_USE_MKL", ""), "")
+        self.name = f"ctranslate2-{compute_type}{backend}"
         model = MarianMTModel(marian_config(cfg))
         self.tmp = tempfile.TemporaryDirectory()
         hf_dir, ct2_dir = Path(self.tmp.name) / "hf", Path(self.tmp.name) / "ct2"

@@ -22,7 +22,8 @@ mkdir -p "$OUT/raw"
 export PYTHONWARNINGS=ignore TRANSFORMERS_VERBOSITY=error
 GIB=1073741824
 IFS=";" read -ra train_specs <<< "${TRAIN_SPECS:-ours fp32;ours bf16;marian fp32;marian bf16;torch fp32;torch bf16;ours fp32 default;ours bf16 default;marian fp32 tuned;marian bf16 tuned;torch fp32 tuned;torch bf16 tuned}"
-IFS=";" read -ra decode_specs <<< "${DECODE_SPECS:-ours fp32;ours bf16;ours int8;marian fp32;marian bf16;ct2 fp32;ct2 int8;torch fp32}"
+# CTranslate2 with each matrix backend (MKL, oneDNN): the comparison takes its faster one
+IFS=";" read -ra decode_specs <<< "${DECODE_SPECS:-ours fp32;ours bf16;ours int8;marian fp32;marian bf16;ct2 fp32 mkl;ct2 fp32 onednn;ct2 int8 mkl;ct2 int8 onednn;torch fp32}"
 for run in $(seq 1 "$RUNS"); do
   for shape in $SHAPES; do
     for spec in "${train_specs[@]}"; do
@@ -40,7 +41,8 @@ for run in $(seq 1 "$RUNS"); do
     for spec in "${decode_specs[@]}"; do
       [[ " $PARTS " == *" decode "* ]] || break
       set -- $spec
-      "$(python_for "$1")" "$HERE/decode_speed.py" --data "$DATA" --engine "$1" --dtype "$2" --shape "$shape" \
+      case "${3:-}" in mkl) BACKEND="CT2_USE_MKL=1" ;; onednn) BACKEND="CT2_USE_MKL=0" ;; *) BACKEND="" ;; esac
+      env $BACKEND "$(python_for "$1")" "$HERE/decode_speed.py" --data "$DATA" --engine "$1" --dtype "$2" --shape "$shape" \
         2>/dev/null | tail -1 | sed "s/^{/{\"run\": $run, /" >> "$OUT/raw/decode.jsonl"
     done
     echo "run $run, $shape: done $(date -u +%T)"
