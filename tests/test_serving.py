@@ -321,6 +321,28 @@ def test_a_real_server_drains_on_sigterm_and_exits_0(translator, tmp_path):
     assert "POST /v1/translate -> 200" in log and "1 sentences" in log
 
 
+def test_a_real_int8_server_quantises_per_row_and_answers_as_each_sentence_alone(translator,
+                                                                                 tmp_path):
+    save_model(translator.model, tmp_path / "model", vocab_path=translator.vocab.path,
+               decode=translator.decode_cfg)
+    int8 = Translator(translator.model, translator.vocab,
+                      dataclasses.replace(translator.decode_cfg, int8=True, int8_scales="row"))
+    alone = [int8.translate([s])[0] for s in SENTENCES]
+    with running_server(tmp_path / "model", "--int8", "--max-wait-ms", "300") as (base, _):
+        assert http("GET", base + "/v1/models")[1]["decode"]["int8_scales"] == "row"
+        answers = {}
+
+        def ask(i):
+            answers[i] = http("POST", base + "/v1/translate", {"text": SENTENCES[i]})[1]
+
+        threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(SENTENCES))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert [answers[i]["translations"][0]["text"] for i in range(len(SENTENCES))] == alone
+
+
 def test_ready_answers_503_while_draining_and_before_the_warm_up(translator):
     app = create_app(translator, ServeConfig(), languages=None)
     with TestClient(app) as client:

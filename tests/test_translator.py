@@ -9,7 +9,7 @@ from transformer_mt import (
     Translator,
     save_model,
 )
-from transformer_mt.inference.quantize import Int8Linear
+from transformer_mt.inference.quantize import Int8Linear, Int8RowLinear
 
 
 def make_translator(vocab):
@@ -106,6 +106,49 @@ def test_int8_linear_is_bitwise_torch_ao_dynamic_quantisation():
         for shape in ((7, 48), (2, 5, 48)):
             x = torch.randn(shape) * 3
             assert torch.equal(Int8Linear(reference)(x), reference(x))
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # torch.ao's announced move
+def test_int8_row_scales_make_a_row_independent_of_its_batch():
+    """Per-row scales: a row's output is bitwise the same alone or beside a row 50 times larger,
+    and close to the float layer's; with one range per batch (fbgemm) the large row coarsens
+    the others' quantisation, which is what the row scales avoid."""
+    from torch.ao.quantization import quantize_dynamic
+
+    torch.manual_seed(0)
+    for bias in (True, False):
+        linear = torch.nn.Linear(48, 100, bias=bias)
+        per_row = Int8RowLinear(linear)
+        per_batch = Int8Linear(quantize_dynamic(torch.nn.Sequential(linear), {torch.nn.Linear},
+                                                dtype=torch.qint8)[0])
+        x = torch.randn(6, 48)
+        x[3] *= 50
+        with torch.no_grad():
+            exact = linear(x)
+            batched = per_row(x)
+            for i in range(len(x)):
+                assert torch.equal(per_row(x[i:i + 1]), batched[i:i + 1])
+            assert torch.equal(per_row(x.view(2, 3, 48)), batched.view(2, 3, 100))
+            assert ((batched - exact).norm(dim=1) / exact.norm(dim=1)).max() < 0.02
+            assert not torch.equal(per_batch(x[:1]), per_batch(x)[:1])
+
+
+def test_int8_row_scales_translate_a_sentence_alike_in_any_batch(corpus_vocab):
+    model = make_translator(corpus_vocab).model
+    int8 = Translator(model, corpus_vocab, DecodeConfig(int8=True, int8_scales="row",
+                                                        batch_size=5, max_length_offset=8))
+    assert sum(isinstance(m, Int8RowLinear) for m in int8.model.modules()) == \
+        sum(type(m) is torch.nn.Linear for m in model.modules())
+    torch.manual_seed(1)
+    src, tgt = torch.randint(4, len(corpus_vocab), (3, 9)), torch.randint(4, 100, (3, 7))
+    with torch.no_grad():
+        exact, approx = model(src, tgt), int8.model(src, tgt)
+    assert 0 < (approx - exact).norm() / exact.norm() < 0.05
+    batched = int8.translate_nbest(SENTENCES)
+    for sentence, result in zip(SENTENCES, batched, strict=True):
+        alone = int8.translate_nbest([sentence])[0]
+        assert result[0].text == alone[0].text
+        assert result[0].score == pytest.approx(alone[0].score, abs=1e-4)
 
 
 def test_int8_is_cpu_only_and_not_with_bf16(corpus_vocab):

@@ -189,8 +189,11 @@ class DecodeConfig:
         "batch size at hand (inference/precision.py)")
     int8: bool = option(
         False, "not in the paper, CPU only: int8 linear layers with dynamically quantised "
-        "activations (faster beam search). One quantisation range per batch: a sentence's "
-        "translation may change with the sentences batched with it")
+        "activations (faster beam search); int8_scales says how inputs are quantised")
+    int8_scales: Literal["batch", "row"] = option(
+        "batch", "with int8: one input range per batch (fbgemm, fastest; a sentence's "
+        "translation may change with the sentences batched with it) or per row (a sentence "
+        "translates the same in any batch; what `serve` uses)")
     kv_bf16: bool = option(
         False, "not in the paper: keep attention keys and values in bfloat16 (with int8 or in "
         "fp32): beam search moves half the bytes")

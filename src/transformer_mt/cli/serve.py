@@ -49,8 +49,10 @@ def model_languages(model_dir: Path) -> tuple[str, str] | None:
 def run(args: argparse.Namespace) -> int:
     from ..serving.server import serve as run_server  # the serve extra: fastapi, uvicorn, ...
 
-    decode = section_overrides([o for o in args.overrides if o.startswith("decode.")],
-                               DecodeConfig, "decode") | given(args, "decode")
+    # int8 with one input range per row: batching clients together changes no one's answer
+    decode = {"int8_scales": "row"} | section_overrides(
+        [o for o in args.overrides if o.startswith("decode.")], DecodeConfig, "decode") \
+        | given(args, "decode")
     serve = ServeConfig(**section_overrides(
         [o for o in args.overrides if not o.startswith("decode.")], ServeConfig, "serve")
         | given(args, "serve"))

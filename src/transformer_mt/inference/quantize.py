@@ -12,22 +12,32 @@ from torch import nn
 from ..model.transformer import Transformer
 
 
-def quantize_int8(model: Transformer) -> Transformer:
+def quantize_int8(model: Transformer, scales: str = "batch") -> Transformer:
     """An inference copy of `model` whose linear layers (the projections, the FFN and the
-    pre-softmax linear) hold int8 weights and quantise their inputs per batch (PyTorch's dynamic
-    quantisation, CPU only); embeddings, LayerNorm and attention stay float32."""
+    pre-softmax linear) hold int8 weights and quantise their inputs as they come; embeddings,
+    LayerNorm and attention stay float32. CPU only. scales="batch": PyTorch's dynamic
+    quantisation (fbgemm), one input range per call, so a row's output depends on the rows beside
+    it; "row": one range per row (Int8RowLinear), a row's output depends on that row alone."""
     if next(model.parameters()).device.type != "cpu":
         raise ValueError("decode.int8 runs on the CPU only; use bf16 on a GPU")
-    with warnings.catch_warnings():  # torch.ao.quantization announces its move to torchao
-        warnings.simplefilter("ignore")
-        from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
-        from torch.ao.quantization import quantize_dynamic
+    if scales == "row":
+        quantized = copy.deepcopy(model).eval()
+        swap = (nn.Linear, Int8RowLinear)
+    elif scales == "batch":
+        with warnings.catch_warnings():  # torch.ao.quantization announces its move to torchao
+            warnings.simplefilter("ignore")
+            from torch.ao.nn.quantized.dynamic import Linear as DynamicQuantizedLinear
+            from torch.ao.quantization import quantize_dynamic
 
-        quantized = quantize_dynamic(copy.deepcopy(model).eval(), {nn.Linear}, dtype=torch.qint8)
+            quantized = quantize_dynamic(copy.deepcopy(model).eval(), {nn.Linear},
+                                         dtype=torch.qint8)
+        swap = (DynamicQuantizedLinear, Int8Linear)
+    else:
+        raise ValueError(f"int8 scales: 'batch' or 'row', not {scales!r}")
     for parent in list(quantized.modules()):
         for name, child in parent.named_children():
-            if isinstance(child, DynamicQuantizedLinear):
-                setattr(parent, name, Int8Linear(child))
+            if isinstance(child, swap[0]):
+                setattr(parent, name, swap[1](child))
     return quantized
 
 
@@ -47,3 +57,35 @@ class Int8Linear(nn.Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, dtype=qint8"
+
+
+class Int8RowLinear(nn.Module):
+    """A linear layer with int8 weights (one scale per output feature) whose input is quantised
+    with one scale per row: x (rows, in) -> round(127 x / max|x_row|), multiplied by the weights
+    exactly in int32 (torch._int_mm), then rescaled. Each row's output is a function of that row
+    alone, so a sentence translates the same whatever is batched with it; several more operators
+    a call than fbgemm's fused dynamic quantisation (Int8Linear)."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        weight = linear.weight.detach().float()
+        scale_O = weight.abs().amax(dim=1).clamp_min(1e-30) / 127
+        # (in, out): the transpose of the (out, in) int8 weights, as a view
+        self.register_buffer("weight_IO", torch.round(weight / scale_O[:, None]).to(torch.int8).t())
+        self.register_buffer("scale_O", scale_O / 127)  # times the input's max|x_row|
+        self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().float())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x_RI = x.reshape(-1, self.in_features).float()
+        max_R1 = torch.linalg.vector_norm(x_RI, float("inf"), dim=-1, keepdim=True)
+        max_R1.clamp_min_(1e-30)
+        x_int8_RI = (x_RI * (127 / max_R1)).round_().to(torch.int8)
+        y_RO = torch._int_mm(x_int8_RI, self.weight_IO).float().mul_(max_R1 * self.scale_O)
+        if self.bias is not None:
+            y_RO.add_(self.bias)
+        return y_RO.reshape(*x.shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                "dtype=qint8, scales=row")

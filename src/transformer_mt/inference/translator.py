@@ -70,9 +70,10 @@ class Translator:
         self.decode_cfg = decode or DecodeConfig()
         if self.decode_cfg.int8:
             if isinstance(model, Ensemble):
-                model = Ensemble([quantize_int8(m) for m in model.members])
+                model = Ensemble([quantize_int8(m, self.decode_cfg.int8_scales)
+                                  for m in model.members])
             elif isinstance(model, Transformer):
-                model = quantize_int8(model)
+                model = quantize_int8(model, self.decode_cfg.int8_scales)
             else:
                 raise ValueError(f"decode.int8 quantises a Transformer or an Ensemble, not a "
                                  f"{type(model).__name__}: quantise the model it wraps instead")

@@ -14,6 +14,7 @@ import time
 from importlib import resources
 from typing import Any
 
+import torch
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
@@ -25,6 +26,7 @@ from ..config import ServeConfig, config_to_dict
 from ..inference.alignment import AlignmentChoice, hard_alignment
 from ..inference.translator import Translation, Translator
 from ..model.stats import count_parameters
+from ..model.transformer import Transformer
 from .batcher import Batcher, DecodingFailed, Draining, QueueFull, request_settings
 from .metrics import ServerMetrics
 
@@ -224,8 +226,10 @@ def create_app(translator: Translator, cfg: ServeConfig, *,
     async def models() -> dict:
         model = translator.model
         members = getattr(model, "members", [model])
+        with torch.device("meta"):  # the trained shape's count: an int8 copy holds buffers
+            parameters = sum(count_parameters(Transformer(m.cfg))[0] for m in members)
         return {"vocab_size": len(translator.vocab), "languages": list(languages or []),
-                "parameters": sum(count_parameters(m)[0] for m in members),
+                "parameters": parameters,
                 "ensemble": len(members), "model": config_to_dict(model.cfg),
                 "decode": config_to_dict(translator.decode_cfg),
                 "limits": {k: v for k, v in config_to_dict(cfg).items()
