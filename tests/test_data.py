@@ -198,3 +198,15 @@ def test_prepare_memory_does_not_grow_with_the_corpus(tmp_path):
     # 20x the pairs (about 10 MB of text more than 0.5 MB) cost less than 25 MiB more: the
     # lengths (8 bytes a pair) and the offsets (16) grow, nothing else
     assert rss[400_000] - rss[20_000] < 25, rss
+
+
+def test_whole_words_file_is_checked_before_anything_is_written(tmp_path):
+    train = SplitFiles("train", write(tmp_path / "t.en", EN), write(tmp_path / "t.de", DE))
+    words = write(tmp_path / "words.txt", ["(NP", "two words"])
+    with pytest.raises(DataError, match=rf"{words}:2: a whole word has no spaces"):
+        prepare(train=train, others=[], out_dir=tmp_path / "out",
+                cfg=DataConfig(vocab_size=120, whole_words=str(words)))
+    with pytest.raises(DataError, match=r"data.whole_words: cannot read .*missing.txt"):
+        prepare(train=train, others=[], out_dir=tmp_path / "out",
+                cfg=DataConfig(vocab_size=120, whole_words=str(tmp_path / "missing.txt")))
+    assert not (tmp_path / "out").exists()

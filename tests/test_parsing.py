@@ -7,6 +7,7 @@ import json
 import random
 
 from transformer_mt.cli.main import main
+from transformer_mt.data.vocab import Vocabulary
 from transformer_mt.data.trees import parse_tree
 
 NOUNS, VERBS, DETS = ["dog", "cat", "girl", "ball", "park"], ["sees", "runs", "likes"], \
@@ -34,10 +35,15 @@ def test_parse_corpus_train_trees_and_score_through_the_cli(tmp_path):
     targets = (corpus / "train.tree").read_text().splitlines()
     assert len(words) == 10 and targets[0].startswith("(S (NP XX XX )NP (VP XX")
     assert "-NONE-" not in (corpus / "test.gold").read_text()
+    symbols = (corpus / "symbols.txt").read_text().split()
+    assert {"(S", ")NP", "XX"} <= set(symbols) and "dog" not in symbols
     assert main(["prepare", "--train-src", str(corpus / "train.words"), "--train-tgt",
                  str(corpus / "train.tree"), "--valid-src", str(corpus / "valid.words"),
-                 "--valid-tgt", str(corpus / "valid.tree"), "--vocab-size", "60", "--out",
-                 str(data)]) == 0
+                 "--valid-tgt", str(corpus / "valid.tree"), "--vocab-size", "60",
+                 "--whole-words", str(corpus / "symbols.txt"), "--out", str(data)]) == 0
+    vocab = Vocabulary.load(data / "sentencepiece.model")
+    assert all(len(vocab.encode(t)) == len(t.split()) for t in targets), \
+        "each bracket, label and placeholder is one piece"
     assert main(["train", "--config", "parsing-cpu", "--data", str(data), "--run-dir", str(run),
                  "--model.d_model=32", "--model.d_ff=64", "--model.n_heads=2",
                  "--train.max_steps=30", "--train.max_tokens=800", "--train.warmup_steps=10",

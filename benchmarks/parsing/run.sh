@@ -4,7 +4,8 @@
 # Usage: benchmarks/parsing/run.sh MINUTES [OUT_DIR] ; TRAIN_ARGS="..." adds train overrides,
 # CONFIG picks the preset (default parsing-cpu), TAGS=1 keeps POS tags in the targets,
 # REVERSE=1 feeds the words last to first, AVERAGE=N parses with the average of the last N
-# checkpoints (§6.1) instead of the last one.
+# checkpoints (§6.1) instead of the last one. The targets' brackets, labels and tags are one
+# piece each (prepare --whole-words corpus/symbols.txt); SPLIT_SYMBOLS=1 lets BPE split them.
 set -euo pipefail
 MINUTES=$1
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -15,13 +16,15 @@ SOURCE=${REVERSE:+reversed}
 SOURCE=${SOURCE:-words}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/run.log") 2>&1
-echo "== $(date -u +%FT%TZ) parsing, $MINUTES min, commit $(git -C "$REPO" rev-parse --short HEAD), config $CONFIG ${TRAIN_ARGS:-} TAGS=${TAGS:-} REVERSE=${REVERSE:-} AVERAGE=${AVERAGE:-}"
+echo "== $(date -u +%FT%TZ) parsing, $MINUTES min, commit $(git -C "$REPO" rev-parse --short HEAD), config $CONFIG ${TRAIN_ARGS:-} TAGS=${TAGS:-} REVERSE=${REVERSE:-} AVERAGE=${AVERAGE:-} SPLIT_SYMBOLS=${SPLIT_SYMBOLS:-}"
 transformer-mt parse corpus --trees-dir "$DATA/ptb-sample" --out "$OUT/corpus" ${TAGS:+--tags} \
   ${REVERSE:+--reverse}
+WHOLE_WORDS=(--whole-words "$OUT/corpus/symbols.txt")
+[ -z "${SPLIT_SYMBOLS:-}" ] || WHOLE_WORDS=()
 if [ ! -f "$OUT/data/meta.json" ]; then
   transformer-mt prepare --train-src "$OUT/corpus/train.$SOURCE" --train-tgt "$OUT/corpus/train.tree" \
     --valid-src "$OUT/corpus/valid.$SOURCE" --valid-tgt "$OUT/corpus/valid.tree" --config "$CONFIG" \
-    --max-length 1000 --src-lang en --tgt-lang tree --out "$OUT/data"
+    --max-length 1000 --src-lang en --tgt-lang tree --out "$OUT/data" "${WHOLE_WORDS[@]}"
 fi
 transformer-mt train --config "$CONFIG" --data "$OUT/data" --run-dir "$OUT/run" \
   --train.max_minutes="$MINUTES" --train.valid_bleu=false ${TRAIN_ARGS:-}

@@ -236,6 +236,11 @@ class DataConfig:
     vocab_sample: int = option(500_000, "the vocabulary is learnt from at most this many "
                                         "training pairs, a uniform sample of them (as "
                                         "SentencePiece's input_sentence_size)")
+    whole_words: str = option("", "a file of words, one per line, that the vocabulary keeps "
+                                  "as single pieces wherever they stand between spaces "
+                                  "(SentencePiece's user_defined_symbols), e.g. a linearised "
+                                  "tree's brackets and labels: `parse corpus` writes "
+                                  "symbols.txt")
 
     def __post_init__(self):
         _check_positive(self, "vocab_size", "max_length", "max_length_ratio", "vocab_sample")

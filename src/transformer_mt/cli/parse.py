@@ -22,6 +22,7 @@ from .options import (
 )
 
 SPLITS = {"train": "train", "valid": "dev", "test": "test"}  # ours: the Treebank sample's
+SYMBOLS_FILE = "symbols.txt"
 
 
 def add_parser(sub) -> None:
@@ -84,9 +85,13 @@ def run_corpus(args: argparse.Namespace) -> int:
             (args.out / f"{ours}.{suffix}").write_text("\n".join(lines) + "\n",
                                                         encoding="utf-8")
         print(f"{ours}: {len(pairs)} trees from {path}")
+    # the targets' brackets, labels and tags, for prepare --whole-words: one piece each
+    symbols = sorted({token for _, tree, _ in splits["train"][1] for token in tree.split()})
+    (args.out / SYMBOLS_FILE).write_text("\n".join(symbols) + "\n", encoding="utf-8")
     source = "reversed" if args.reverse else "words"
-    print(f"wrote {args.out}/{{train,valid,test}}.{{{','.join(files)}}}; next: transformer-mt "
-          f"prepare --train-src {args.out}/train.{source} --train-tgt {args.out}/train.tree ...")
+    print(f"wrote {args.out}/{{train,valid,test}}.{{{','.join(files)}}} and {SYMBOLS_FILE}; "
+          f"next: transformer-mt prepare --train-src {args.out}/train.{source} --train-tgt "
+          f"{args.out}/train.tree --whole-words {args.out}/{SYMBOLS_FILE} ...")
     return 0
 
 

@@ -85,6 +85,18 @@ def write_side(out_dir: Path, split: str, side: str, ids: list[list[int]], vocab
     np.save(out_dir / f"{split}.{side}.offsets.npy", offsets)
 
 
+def read_whole_words(path: Path) -> list[str]:
+    """data.whole_words' file: one word per line (blank lines skipped), none with a space."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        raise DataError(f"data.whole_words: cannot read {path}: {err}") from None
+    for number, line in enumerate(lines, 1):
+        if line.strip() != line or " " in line:
+            raise DataError(f"{path}:{number}: a whole word has no spaces, got {line!r}")
+    return list(dict.fromkeys(line for line in lines if line))
+
+
 def prepare(*, train: SplitFiles, others: list[SplitFiles], out_dir: Path, cfg: DataConfig,
             src_lang: str = "src", tgt_lang: str = "tgt",
             vocabulary: tuple[Path, dict[str, int]] | None = None) -> dict:
@@ -96,6 +108,7 @@ def prepare(*, train: SplitFiles, others: list[SplitFiles], out_dir: Path, cfg: 
     memory does not grow with the corpus. Returns the report."""
     splits = [train, *others]
     # every file is read and checked before any work is written
+    whole_words = read_whole_words(Path(cfg.whole_words)) if cfg.whole_words else []
     sample = check_and_sample(train, cfg.vocab_sample, skip_invalid=cfg.skip_invalid_utf8)
     for split in others:
         check_and_sample(split, 0, skip_invalid=cfg.skip_invalid_utf8)
@@ -112,7 +125,8 @@ def prepare(*, train: SplitFiles, others: list[SplitFiles], out_dir: Path, cfg: 
         texts = [t for t in [s for s, _ in sample] + [t for _, t in sample] if t.strip()]
         vocab = train_vocabulary(texts, vocab_size=cfg.vocab_size,
                                  out_path=out_dir / VOCAB_FILE, model_type=cfg.vocab_model_type,
-                                 character_coverage=cfg.character_coverage)
+                                 character_coverage=cfg.character_coverage,
+                                 whole_words=whole_words)
     del sample
     report: dict = {"splits": {split.name: encode_split(split, vocab, cfg, out_dir,
                                                        drop=split is train)

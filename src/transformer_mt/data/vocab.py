@@ -9,12 +9,13 @@ from __future__ import annotations
 import io
 import json
 import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import sentencepiece as spm
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
+WORD_BOUNDARY = "\u2581"  # SentencePiece's mark of a space before a piece
 
 
 class VocabularyError(ValueError):
@@ -63,15 +64,19 @@ class Vocabulary:
 
 
 def train_vocabulary(texts: Iterable[str], *, vocab_size: int, out_path: str | Path,
-                     model_type: str = "bpe", character_coverage: float = 1.0) -> Vocabulary:
+                     model_type: str = "bpe", character_coverage: float = 1.0,
+                     whole_words: Sequence[str] = ()) -> Vocabulary:
     """Train a joint SentencePiece model on `texts` (source and target sentences together) and
-    write it to `out_path`. BPE as in the paper (§5.1: byte-pair encoding)."""
+    write it to `out_path`. BPE as in the paper (§5.1: byte-pair encoding). `whole_words`: words
+    that stay one piece each where they stand as a word (a user-defined symbol with the word
+    boundary, so that "(NP" costs one piece, not a boundary and the symbol)."""
     buffer = io.BytesIO()
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(texts), model_writer=buffer, vocab_size=vocab_size,
         model_type=model_type, character_coverage=character_coverage,
         pad_id=PAD_ID, unk_id=UNK_ID, bos_id=BOS_ID, eos_id=EOS_ID,
         hard_vocab_limit=False, minloglevel=2,
+        user_defined_symbols=[WORD_BOUNDARY + word for word in whole_words],
     )
     out_path = Path(out_path)
     out_path.write_bytes(buffer.getvalue())
