@@ -7,8 +7,8 @@ import json
 import random
 
 from transformer_mt.cli.main import main
-from transformer_mt.data.vocab import Vocabulary
 from transformer_mt.data.trees import parse_tree
+from transformer_mt.data.vocab import Vocabulary
 
 NOUNS, VERBS, DETS = ["dog", "cat", "girl", "ball", "park"], ["sees", "runs", "likes"], \
     ["a", "the"]
