@@ -401,3 +401,65 @@ def test_beam_wider_than_half_the_vocabulary_is_refused():
     model = TableModel({}, {A: 0.5, EOS: 0.5})
     with pytest.raises(ValueError, match="2 x beam_size = 8 candidates; the vocabulary has only 6"):
         beam_search(model, torch.ones(1, 2, dtype=torch.long), DecodeConfig(beam_size=4))
+
+
+class FavoursA:
+    """A tiny model whose logit of token A is raised: it writes A now and then."""
+
+    def __init__(self, model, boost: float):
+        self.model, self.cfg, self.boost = model, model.cfg, boost
+
+    def encode(self, src_BS):
+        return self.model.encode(src_BS)
+
+    def new_cache(self, memory, beams=1, kv_dtype=None):
+        return self.model.new_cache(memory, beams, kv_dtype=kv_dtype)
+
+    def decode(self, tgt_BT, memory, cache):
+        logits = self.model.decode(tgt_BT, memory, cache)
+        logits[..., A] += self.boost
+        return logits
+
+
+@pytest.mark.parametrize("search", [greedy_search, beam_search, sample])
+def test_slot_limit_places_one_slot_per_source_word(search):
+    """Parsing's word slots: token A stands for a word and every source token from 10 on begins
+    one; each output then holds exactly that many A, unless the length limit ends it first."""
+    model = FavoursA(tiny_model(seed=4), boost=3.0)
+    src = random_batch(7, 3, 6, lengths=[6, 2, 4])
+    vocab = model.cfg.vocab_size
+    slots = decoding.SlotLimit(is_slot_V=torch.arange(vocab) == A,
+                               begins_word_V=torch.arange(vocab) >= 10)
+    words = [int(w) for w in slots.words(src)]
+    assert words == [int((row >= 10).sum()) for row in src]
+    cfg = DecodeConfig(beam_size=3, n_best=3, max_length_offset=30)
+    free = [[h.tokens.count(A) for h in hyps] for hyps in search(model, src, cfg)]
+    assert any(n != w for counts, w in zip(free, words, strict=True) for n in counts), \
+        "without the limit the outputs do not hold one A per word"
+    for hyps, w in zip(search(model, src, cfg, slots), words, strict=True):
+        assert hyps and all(h.tokens.count(A) == w for h in hyps)
+    short = DecodeConfig(beam_size=3, max_length=2)  # the limit still ends every output
+    for hyps in search(model, src, short, slots):
+        assert hyps and all(len(h.tokens) <= 1 for h in hyps)
+
+
+@torch.inference_mode()
+def test_slot_limit_holds_for_sentences_that_join_a_running_beam_search():
+    model = FavoursA(tiny_model(seed=4), boost=3.0)
+    vocab = model.cfg.vocab_size
+    slots = decoding.SlotLimit(is_slot_V=torch.arange(vocab) == A,
+                               begins_word_V=torch.arange(vocab) >= 10)
+    cfg = DecodeConfig(beam_size=3, n_best=3, max_length_offset=30)
+    first, later = random_batch(7, 2, 6, lengths=[6, 2]), random_batch(8, 2, 6, lengths=[5, 4])
+    search, results = decoding.BeamSearch(model, cfg, slots), {}
+    search.add(first, [0, 1])
+    for _ in range(3):
+        results.update(search.step())
+    search.add(later, [2, 3])
+    while search:
+        results.update(search.step())
+    words = torch.cat([slots.words(first), slots.words(later)]).tolist()
+    assert all(h.tokens.count(A) == words[k] for k, hyps in results.items() for h in hyps)
+    alone = decoding.beam_search(model, later, cfg, slots)
+    assert [[h.tokens for h in hyps] for hyps in alone] == \
+        [[h.tokens for h in results[k]] for k in (2, 3)]

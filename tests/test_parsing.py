@@ -23,7 +23,7 @@ def tree(rng: random.Random) -> str:
     return f"( (S {np()} {vp}{trace} (. .)) )"
 
 
-def test_parse_corpus_train_trees_and_score_through_the_cli(tmp_path):
+def test_parse_corpus_train_trees_and_score_through_the_cli(tmp_path, capsys):
     rng = random.Random(0)
     trees = tmp_path / "treebank"
     trees.mkdir()
@@ -54,6 +54,12 @@ def test_parse_corpus_train_trees_and_score_through_the_cli(tmp_path):
     parsed = out.read_text().splitlines()
     assert [parse_tree(p).words() for p in parsed] == [w.split() for w in words], \
         "every tree has its sentence's words, however malformed the output"
+    capsys.readouterr()
+    # never more word slots than words (fewer only where the length limit ends an output)
+    assert main(["parse", "trees", "--model", str(run), "--input", str(corpus / "test.words"),
+                 "--output", str(tmp_path / "slots.trees"), "--beam-size", "4",
+                 "--max-length-offset", "40", "--word-slots"]) == 0
+    assert "extra slot" not in capsys.readouterr().err
     scores = tmp_path / "scores.json"
     assert main(["parse", "score", "--gold", str(corpus / "test.gold"), "--test", str(out),
                  "--json", str(scores)]) == 0

@@ -9,10 +9,14 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import torch
+
 from ..config import DecodeConfig
 from ..data.trees import TreeError, parsing_pair, restore
+from ..data.vocab import WORD_BOUNDARY, Vocabulary
 from ..evaluation.bleu import read_text
 from ..evaluation.evalb import evalb_params, score_files, summary
+from ..inference.search import SlotLimit
 from .options import (
     add_config_options,
     add_model_options,
@@ -52,6 +56,11 @@ def add_parser(sub) -> None:
     t.add_argument("--reverse", action="store_true",
                    help="the model reads words last to first (trained on `corpus --reverse`'s "
                         "SPLIT.reversed); --input stays in reading order")
+    t.add_argument("--word-slots", action="store_true",
+                   help="not in the paper: the search writes exactly one word slot (XX or a "
+                        "tag) per word of the sentence, no more and no fewer, instead of "
+                        "leaving the count to the repairs; exact with a vocabulary that keeps "
+                        "each bracket whole (prepare --whole-words)")
     add_config_options(t, DecodeConfig, "decode")
     t.set_defaults(run=run_trees, overrides=[])
     s = commands.add_parser("score", help="EVALB's bracket scores of test trees against gold")
@@ -98,6 +107,8 @@ def run_corpus(args: argparse.Namespace) -> int:
 def run_trees(args: argparse.Namespace) -> int:
     overrides = section_overrides(args.overrides, DecodeConfig, "decode") | given(args, "decode")
     translator, _ = open_translator(args, overrides)
+    if args.word_slots:
+        translator.slots = word_slots(translator.vocab)
     sentences = read_text(args.input)
     outputs = translator.translate([" ".join(reversed(s.split())) for s in sentences]
                                    if args.reverse else sentences)
@@ -114,6 +125,19 @@ def run_trees(args: argparse.Namespace) -> int:
           + (f" ({', '.join(f'{k} {n}' for k, n in sorted(repairs.items()))})" if repairs
              else ""), file=sys.stderr)
     return 0
+
+
+def word_slots(vocab: Vocabulary) -> SlotLimit:
+    """The SlotLimit of a parsing model's vocabulary: a piece that begins a word is a word of
+    the source and, unless it opens or closes a constituent ("(NP", ")NP"), a slot of the
+    target, as `restore` reads the output's tokens."""
+    if not isinstance(vocab, Vocabulary):
+        raise ValueError("parse trees --word-slots needs a SentencePiece vocabulary of ours")
+    specials = {vocab.sp.pad_id(), vocab.sp.unk_id(), vocab.sp.bos_id(), vocab.sp.eos_id()}
+    texts = [None if i in specials else vocab.sp.id_to_piece(i) for i in range(len(vocab))]
+    begins = [t is not None and t.startswith(WORD_BOUNDARY) and len(t) > 1 for t in texts]
+    slot = [b and not (t[1] in "()" and len(t) > 2) for b, t in zip(begins, texts, strict=True)]
+    return SlotLimit(is_slot_V=torch.tensor(slot), begins_word_V=torch.tensor(begins))
 
 
 def run_score(args: argparse.Namespace) -> int:

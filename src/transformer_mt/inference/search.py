@@ -98,12 +98,36 @@ def cache_dtype(cfg: DecodeConfig) -> torch.dtype | None:
     return torch.bfloat16 if cfg.kv_bf16 else None
 
 
+@dataclass(frozen=True)
+class SlotLimit:
+    """Not in the paper, for parsing as translation: target tokens that each stand for one
+    source word (the placeholder XX, or the POS tags), so that an output holds exactly as many
+    of them as its source has words. Once every word has its slot no more are allowed; until
+    then EOS is not, except at the output's length limit, which still ends it."""
+
+    is_slot_V: Tensor  # (target vocabulary,) bool: the slot tokens
+    begins_word_V: Tensor  # (source vocabulary,) bool: the source tokens that begin a word
+
+    def words(self, src_BS: Tensor) -> Tensor:
+        """(B,) the words of each source sentence."""
+        return self.begins_word_V.to(src_BS.device)[src_BS].sum(dim=1)
+
+    def apply(self, logp_BV: Tensor, tokens_BT: Tensor, words_B: Tensor, eos: int,
+              at_limit_B: Tensor) -> None:
+        is_slot_V = self.is_slot_V.to(logp_BV.device)
+        placed_B = is_slot_V[tokens_BT].sum(dim=1)
+        logp_BV.masked_fill_(is_slot_V & (placed_B >= words_B)[:, None], float("-inf"))
+        logp_BV[:, eos].masked_fill_((placed_B < words_B) & ~at_limit_B, float("-inf"))
+
+
 def _next_log_probs(model, tokens_BT: Tensor, memory, cache, max_len_B: Tensor,
-                    min_length: int, position_B: Tensor | None = None) -> Tensor:
+                    min_length: int, position_B: Tensor | None = None,
+                    slots: tuple[SlotLimit, Tensor] | None = None) -> Tensor:
     """Log-probabilities (B, V) of the next token; padding never (as fairseq, and Marian's
     bad_words_ids), EOS forced where max_len_B is reached and forbidden while the output is
     shorter than min_length. position_B: the next token is the position-th of each row's
-    output (None: the tokens' length, for every row)."""
+    output (None: the tokens' length, for every row). slots: a SlotLimit and each row's
+    words (B,)."""
     logits_BV = model.decode(tokens_BT[:, -1:], memory, cache)[:, -1].float()
     logp_BV = torch.log_softmax(logits_BV, dim=-1)
     eos = model.cfg.eos_id
@@ -118,6 +142,8 @@ def _next_log_probs(model, tokens_BT: Tensor, memory, cache, max_len_B: Tensor,
         eos_lp_B = logp_BV[:, eos].clone()
         logp_BV.masked_fill_(at_limit_B[:, None], float("-inf"))
         logp_BV[:, eos] = torch.where(at_limit_B, eos_lp_B, logp_BV[:, eos])
+    if slots is not None:
+        slots[0].apply(logp_BV, tokens_BT, slots[1], eos, at_limit_B)
     return logp_BV
 
 
@@ -145,7 +171,8 @@ def topk_in_blocks(x_AX: Tensor, k: int, block: int = 128) -> tuple[Tensor, Tens
 
 
 def _sequential_search(model: DecodingModel, src_BS: Tensor, cfg: DecodeConfig,
-                       choose: Callable[[Tensor], Tensor]) -> list[list[Hypothesis]]:
+                       choose: Callable[[Tensor], Tensor],
+                       slots: SlotLimit | None = None) -> list[list[Hypothesis]]:
     """One hypothesis per sentence, the next token picked by `choose(logp_AV) -> (A,)` for the
     A sentences still decoding; a sentence leaves the batch (and the caches) at its EOS."""
     mcfg = model.cfg
@@ -154,11 +181,13 @@ def _sequential_search(model: DecodingModel, src_BS: Tensor, cfg: DecodeConfig,
     B, device = src_BS.size(0), src_BS.device
     active_A = torch.arange(B, device=device)  # the sentence in each row
     max_len_A = max_output_lengths(src_BS, mcfg.pad_id, cfg)
+    words_A = slots.words(src_BS) if slots else max_len_A
     tokens_AT = torch.full((B, 1), mcfg.bos_id, dtype=torch.long, device=device)
     log_prob_A = torch.zeros(B, device=device)
     hyps: list[list[Hypothesis]] = [[] for _ in range(B)]
     while len(active_A):
-        logp_AV = _next_log_probs(model, tokens_AT, memory, cache, max_len_A, cfg.min_length)
+        logp_AV = _next_log_probs(model, tokens_AT, memory, cache, max_len_A, cfg.min_length,
+                                  slots=(slots, words_A) if slots else None)
         next_A = choose(logp_AV)
         log_prob_A += logp_AV.gather(1, next_A[:, None]).squeeze(1)
         tokens_AT = torch.cat([tokens_AT, next_A[:, None]], dim=1)
@@ -172,19 +201,22 @@ def _sequential_search(model: DecodingModel, src_BS: Tensor, cfg: DecodeConfig,
             keep_A = (~done_A).nonzero().flatten()
             active_A, tokens_AT = active_A[keep_A], tokens_AT[keep_A]
             log_prob_A, max_len_A = log_prob_A[keep_A], max_len_A[keep_A]
+            words_A = words_A[keep_A]
             cache.keep_sources(keep_A)
     return hyps
 
 
 @torch.inference_mode()
-def greedy_search(model: DecodingModel, src_BS: Tensor,
-                  cfg: DecodeConfig) -> list[list[Hypothesis]]:
+def greedy_search(model: DecodingModel, src_BS: Tensor, cfg: DecodeConfig,
+                  slots: SlotLimit | None = None) -> list[list[Hypothesis]]:
     """The most probable next token at each step. Returns one hypothesis per sentence."""
-    return _sequential_search(model, src_BS, cfg, lambda logp_BV: logp_BV.argmax(dim=-1))
+    return _sequential_search(model, src_BS, cfg, lambda logp_BV: logp_BV.argmax(dim=-1),
+                              slots)
 
 
 @torch.inference_mode()
-def sample(model: DecodingModel, src_BS: Tensor, cfg: DecodeConfig) -> list[list[Hypothesis]]:
+def sample(model: DecodingModel, src_BS: Tensor, cfg: DecodeConfig,
+           slots: SlotLimit | None = None) -> list[list[Hypothesis]]:
     """Ancestral sampling with temperature, top-k and top-p (nucleus) filtering; seeded by
     cfg.seed. Not in the paper. Scores are the model's own (unfiltered) log-probabilities."""
     generator = torch.Generator(device=src_BS.device).manual_seed(cfg.seed)
@@ -194,7 +226,7 @@ def sample(model: DecodingModel, src_BS: Tensor, cfg: DecodeConfig) -> list[list
         probs_BV = torch.softmax(filtered_BV, dim=-1)
         return torch.multinomial(probs_BV, 1, generator=generator).squeeze(1)
 
-    return _sequential_search(model, src_BS, cfg, choose)
+    return _sequential_search(model, src_BS, cfg, choose, slots)
 
 
 def filter_logits(logits_BV: Tensor, *, top_k: int, top_p: float) -> Tensor:
@@ -225,8 +257,8 @@ class BeamSearch:
     are masked, so that a sentence's search is the same whenever it joins. That needs a
     cache with `merge` (a Transformer's, an Ensemble's)."""
 
-    def __init__(self, model: DecodingModel, cfg: DecodeConfig):
-        self.model, self.cfg = model, cfg
+    def __init__(self, model: DecodingModel, cfg: DecodeConfig, slots: SlotLimit | None = None):
+        self.model, self.cfg, self.slots = model, cfg, slots
         self.keys: list[Any] = []  # A: the caller's key of each sentence still searching
         self.finished: list[list[Hypothesis]] = []  # (A,) its finished hypotheses
         self.cache: DecodingCache | None = None
@@ -234,6 +266,7 @@ class BeamSearch:
         # Rows a*n .. a*n+n-1 continue sentence a: n is 1 (its BOS) until the first step has
         # chosen N hypotheses. A sentence's output begins at column first_A[a] of tokens.
         self.tokens_AnT = self.alive_lp_An = self.max_len_A = self.first_A = torch.empty(0)
+        self.words_A = torch.empty(0)  # with slots: the words of each sentence's source
 
     def __len__(self) -> int:
         """Sentences still searching."""
@@ -244,6 +277,7 @@ class BeamSearch:
         mcfg, B = self.model.cfg, src_BS.size(0)
         memory = self.model.encode(src_BS)
         max_len_B = max_output_lengths(src_BS, mcfg.pad_id, self.cfg)
+        words_B = self.slots.words(src_BS) if self.slots else max_len_B
         if not self.keys:  # a new search: one row per sentence until the first step
             self.memory = memory  # decode reads the sources from the cache, merged or not
             self.cache = self.model.new_cache(memory, kv_dtype=cache_dtype(self.cfg))
@@ -251,6 +285,7 @@ class BeamSearch:
                                          device=src_BS.device)
             self.alive_lp_An = torch.zeros(B, 1, device=src_BS.device)
             self.max_len_A, self.first_A = max_len_B, torch.zeros_like(max_len_B)
+            self.words_A = words_B
         else:  # n rows each, all but the first dead (-inf), so the first step starts from one
             n, T = self.alive_lp_An.size(1), self.tokens_AnT.size(1)
             self.cache.merge(self.model.new_cache(memory, n, kv_dtype=cache_dtype(self.cfg)))
@@ -261,6 +296,7 @@ class BeamSearch:
             self.tokens_AnT = torch.cat([self.tokens_AnT, tokens_BnT])
             self.alive_lp_An = torch.cat([self.alive_lp_An, alive_lp_Bn])
             self.max_len_A = torch.cat([self.max_len_A, max_len_B])
+            self.words_A = torch.cat([self.words_A, words_B])
             self.first_A = torch.cat([self.first_A, max_len_B.new_full((B,), T - 1)])
             self.joined = True
         self.keys += keys
@@ -275,7 +311,9 @@ class BeamSearch:
         length_A = self.tokens_AnT.size(1) - self.first_A
         logp_AnV = _next_log_probs(self.model, self.tokens_AnT, self.memory, self.cache,
                                    self.max_len_A.repeat_interleave(n), cfg.min_length,
-                                   length_A.repeat_interleave(n) if self.joined else None)
+                                   length_A.repeat_interleave(n) if self.joined else None,
+                                   (self.slots, self.words_A.repeat_interleave(n))
+                                   if self.slots else None)
         V = logp_AnV.size(-1)
         if V < 2 * N:
             raise ValueError(f"beam search keeps 2 x beam_size = {2 * N} candidates; the "
@@ -317,6 +355,7 @@ class BeamSearch:
         keep_rows = (keep_A[:, None] * N + torch.arange(N, device=device)).view(-1)
         self.tokens_AnT, self.alive_lp_An = self.tokens_AnT[keep_rows], self.alive_lp_An[keep_A]
         self.max_len_A, self.first_A = self.max_len_A[keep_A], self.first_A[keep_A]
+        self.words_A = self.words_A[keep_A]
         self.cache.keep_sources(keep_A)
         self.keys = [self.keys[a] for a in still]
         self.finished = [self.finished[a] for a in still]
@@ -327,9 +366,10 @@ class BeamSearch:
 
 
 @torch.inference_mode()
-def beam_search(model: DecodingModel, src_BS: Tensor, cfg: DecodeConfig) -> list[list[Hypothesis]]:
+def beam_search(model: DecodingModel, src_BS: Tensor, cfg: DecodeConfig,
+                slots: SlotLimit | None = None) -> list[list[Hypothesis]]:
     """`BeamSearch` of one batch: the n_best finished hypotheses of each sentence, best first."""
-    search = BeamSearch(model, cfg)
+    search = BeamSearch(model, cfg, slots)
     search.add(src_BS, list(range(src_BS.size(0))))
     results: list[list[Hypothesis]] = [[] for _ in range(src_BS.size(0))]
     while search:
@@ -356,8 +396,9 @@ def _beam_done(finished: list[Hypothesis], N: int, best_possible: float) -> bool
                                          reverse=True)[N - 1] >= best_possible
 
 
-def generate(model: DecodingModel, src_BS: Tensor, cfg: DecodeConfig) -> list[list[Hypothesis]]:
-    """Decode a padded batch of source ids (B, S) with cfg.strategy."""
+def generate(model: DecodingModel, src_BS: Tensor, cfg: DecodeConfig,
+             slots: SlotLimit | None = None) -> list[list[Hypothesis]]:
+    """Decode a padded batch of source ids (B, S) with cfg.strategy (and a SlotLimit)."""
     search = {"beam": beam_search, "greedy": greedy_search, "sample": sample}[cfg.strategy]
     with attention_kernels(src_BS.device):
-        return search(model, src_BS, cfg)
+        return search(model, src_BS, cfg, slots)
