@@ -136,3 +136,15 @@ def test_the_driver_writes_the_table_skips_finished_rows_and_resumes_a_killed_on
             {k: theirs[k] for k in ("steps", "dev_ppl", "dev_bleu", "parameters")}, name
     assert (killed / "table.md").read_text() == (straight / "table.md").read_text().replace(
         str(straight), str(killed))
+
+
+def test_seed_noise_is_pooled_over_rows_and_scaled_to_the_change():
+    from transformer_mt.training.table3 import agreement, pooled_sd
+
+    # variances 2 (1 dof) and 4 (2 dof); a single seed adds nothing
+    assert pooled_sd([[1.0, 3.0], [2.0, 4.0, 6.0], [5.0]]) == pytest.approx((10 / 3) ** 0.5)
+    assert pooled_sd([[1.0], [2.0]]) is None
+    assert agreement(-1.5, -0.9, noise=1.0) == "yes (outside noise)"
+    assert agreement(+0.5, -0.9, noise=1.0) == "no (within noise)"
+    assert agreement(+0.5, 0.0, noise=1.0) == "yes (paper: no change; within noise)"
+    assert agreement(-0.5, -0.9, noise=None) == "yes (noise not measured)"

@@ -73,8 +73,9 @@ def run(args: argparse.Namespace) -> int:
               f"row (big {3 * args.steps}), the last checkpoint, dev perplexity per subword and "
               f"beam-search BLEU; mean ± sd over seeds {' '.join(map(str, args.seeds))}. The "
               "paper's columns are its newstest2013 numbers at full size. 'agrees': the BLEU "
-              "change against base has the paper's sign; 'outside noise': larger than 2 sd of "
-              "the base row's seeds. Overrides: " + (" ".join(args.overrides) or "none") + ".")
+              "change against base has the paper's sign; 'outside noise': larger than two "
+              "standard errors of the change, from the seed sd pooled over the rows with "
+              "several seeds. Overrides: " + (" ".join(args.overrides) or "none") + ".")
     for path in write_table(summarise(rows, results), args.out, header):
         print(path)
     return 0

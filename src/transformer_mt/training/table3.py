@@ -185,7 +185,7 @@ def summarise(rows: list[Row], results: list[dict]) -> list[dict]:
                           "with it")
     rows = [row for row in rows if by_row[row.name]]  # rows not run yet are left out
     base_bleu = [r["dev_bleu"] for r in by_row["base"]]
-    noise = 2 * statistics.stdev(base_bleu) if len(base_bleu) > 1 else None
+    seed_sd = pooled_sd([[r["dev_bleu"] for r in by_row[row.name]] for row in rows])
     lines = []
     for row in rows:
         found = by_row[row.name]
@@ -195,15 +195,29 @@ def summarise(rows: list[Row], results: list[dict]) -> list[dict]:
                 "steps": found[0]["steps"], "parameters": found[0]["parameters"],
                 "dev_ppl": _mean_sd(ppl), "dev_bleu": _mean_sd(bleu), "paper": row.paper}
         if row.name != "base":
+            # two standard errors of a difference of means over n and n_base seeds
+            noise = None if seed_sd is None else \
+                2 * seed_sd * math.sqrt(1 / len(bleu) + 1 / len(base_bleu))
             line["agrees"] = agreement(statistics.mean(bleu) - statistics.mean(base_bleu),
                                        row.paper["bleu"] - rows[0].paper["bleu"], noise)
         lines.append(line)
     return lines
 
 
+def pooled_sd(groups: list[list[float]]) -> float | None:
+    """The standard deviation between seeds, pooled over the groups (rows) of several seeds:
+    sqrt(sum (n_i - 1) s_i^2 / sum (n_i - 1)); None where no row has two."""
+    dof = sum(len(g) - 1 for g in groups if len(g) > 1)
+    if not dof:
+        return None
+    return math.sqrt(sum((len(g) - 1) * statistics.variance(g) for g in groups if len(g) > 1)
+                     / dof)
+
+
 def agreement(ours: float, paper: float, noise: float | None) -> str:
     """Does a BLEU change against base go the paper's way: 'yes' / 'no', and whether it is
-    outside the base row's seed noise (2 sd); the paper's 0 changes agree when within it."""
+    outside the seed noise (`noise`: two standard errors of the change); the paper's 0 changes
+    agree when within it."""
     if noise is None:
         band = "noise not measured"
     else:
