@@ -12,6 +12,7 @@ from transformer_mt.data.trees import (
     preprocess,
     restore,
 )
+from transformer_mt.evaluation.evalb import score_sentence
 
 RAW = ("( (S (NP-SBJ-1 (NNP Mr.) (NNP Vinken) ) (VP (VBZ is) (NP-PRD (NP (NN chairman) ) "
        "(PP (IN of) (NP (NNP Elsevier) (NNP N.V.) )))) (SBAR (-NONE- 0) (S (-NONE- *T*-2) )) "
@@ -78,3 +79,17 @@ def test_malformed_sequences_restore_to_trees_with_the_sentences_words(sequence,
     assert restored.repairs == repaired
     assert str(restored.tree) == tree
     assert restored.tree.words() == ["a", "b"]
+
+
+def test_a_tree_nested_as_deep_as_a_long_output_prints_reads_and_scores():
+    # what a model looping on "(NP" writes until the length limit: far deeper than Python's
+    # recursion limit allows a recursive printer
+    depth = 5000
+    restored = restore(["(NP"] * depth + ["XX"], ["a", "b"])
+    assert restored.repairs == ["missing words: added 1", f"unclosed: closed {depth} constituents"]
+    text = str(restored.tree)
+    assert text == "(NP " * depth + "(XX a) (XX b)" + ")" * depth
+    assert str(parse_tree(text)) == text and parse_tree(text).words() == ["a", "b"]
+    score = score_sentence("(S (NP (DT a) (NN b)))", text)
+    # one of the 5,000 NP brackets over both words matches the gold's NP; S is missed
+    assert (score.status, score.gold, score.test, score.matched) == (0, 2, depth, 1)

@@ -36,18 +36,41 @@ class Tree:
     children: list[Tree] = field(default_factory=list)
     word: str | None = None
 
+    # Without recursion: a predicted tree may nest as deep as its output is long (hundreds).
+
+    def preterminals(self) -> list[Tree]:
+        """The pre-terminals, left to right."""
+        found, todo = [], [self]
+        while todo:
+            node = todo.pop()
+            if node.word is not None:
+                found.append(node)
+            else:
+                todo.extend(reversed(node.children))
+        return found
+
     def words(self) -> list[str]:
-        return [self.word] if self.word is not None else \
-            [w for child in self.children for w in child.words()]
+        return [p.word for p in self.preterminals()]
 
     def tags(self) -> list[str]:
-        return [self.label] if self.word is not None else \
-            [t for child in self.children for t in child.tags()]
+        return [p.label for p in self.preterminals()]
 
     def __str__(self) -> str:
-        if self.word is not None:
-            return f"({self.label} {self.word})"
-        return f"({self.label} {' '.join(map(str, self.children))})"
+        """"(S (NP (DT the) (NN dog)) (VP (VBZ runs)))"."""
+        parts: list[str] = []
+        todo: list[Tree | str] = [self]
+        while todo:
+            item = todo.pop()
+            if isinstance(item, str):
+                parts.append(item)
+            elif item.word is not None:
+                parts.append(f"({item.label} {item.word})")
+            else:
+                parts.append(f"({item.label} ")
+                todo.append(")")
+                for i, child in enumerate(reversed(item.children)):
+                    todo += [" ", child] if i else [child]
+        return "".join(parts)
 
 
 def parse_tree(text: str) -> Tree:
