@@ -42,12 +42,19 @@ def round_trip(tree, *, tags):
     return restored.tree
 
 
+WA = ("train", 453)  # the sample's one word with a letter tagged as punctuation: "(, Wa)"
+
+
 def test_restore_inverts_linearise_on_every_tree_of_the_sample(shared_data):
     for split in ("train", "dev", "test"):
         lines = (shared_data / "ptb-sample" / f"{split}.trees").read_text().splitlines()
         for number, line in enumerate(lines, 1):
             tree = preprocess(parse_tree(line))
-            assert str(round_trip(tree, tags=True)) == str(tree), (split, number)
+            if (split, number) == WA:  # the annotation error restore() mends
+                mended = restore(linearise(tree, tags=True), tree.words())
+                assert mended.repairs == ["punctuation tag: Wa tagged XX, not ,"]
+            else:
+                assert str(round_trip(tree, tags=True)) == str(tree), (split, number)
             placeholder = round_trip(tree, tags=False)
             assert placeholder.words() == tree.words(), (split, number)
             assert placeholder.tags() == [PUNCTUATION_TAGS.get(w, "XX") for w in tree.words()]
@@ -72,13 +79,18 @@ ROOTS = "several roots: put 2 top-level items under (S"
     ("(S (NP XX )NP )S", ["missing words: added 1", ROOTS], "(S (S (NP (XX a))) (XX b))"),
     ("(S (NP XX )VP XX )S", ["mislabelled: )VP closed (NP"], "(S (NP (XX a)) (XX b))"),
     ("", ["missing words: added 2", ROOTS], "(S (XX a) (XX b))"),
+    ("(S (NP )NP (VP XX (PP )PP XX )VP )S", ["empty: dropped (NP", "empty: dropped (PP"],
+     "(S (VP (XX a) (XX b)))"),
+    ("(S (NP , )NP NN )S", ["punctuation tag: a tagged XX, not ,",
+                             "punctuation tag: . tagged ., not NN"], "(S (NP (XX a)) (. .))"),
 ])
 def test_malformed_sequences_restore_to_trees_with_the_sentences_words(sequence, repaired,
                                                                          tree):
-    restored = restore(sequence.split(), ["a", "b"])
+    words = ["a", "."] if "NN" in sequence else ["a", "b"]
+    restored = restore(sequence.split(), words)
     assert restored.repairs == repaired
     assert str(restored.tree) == tree
-    assert restored.tree.words() == ["a", "b"]
+    assert restored.tree.words() == words
 
 
 def test_a_tree_nested_as_deep_as_a_long_output_prints_reads_and_scores():

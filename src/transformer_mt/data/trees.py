@@ -21,6 +21,9 @@ PARENS = ("(", ")")
 # one of these words gets its tag, so that EVALB's COLLINS.prm deletes it as it does the gold's.
 PUNCTUATION_TAGS = {",": ",", ".": ".", "?": ".", "!": ".", ":": ":", ";": ":", "--": ":",
                     "...": ":", "``": "``", "''": "''"}
+PUNCTUATION = frozenset(PUNCTUATION_TAGS.values())
+# words tagged as punctuation in some trees and not in others (' as '' or POS): as predicted
+MAYBE_PUNCTUATION = ("'", "`", "-")
 NO_FUNCTION_TAGS = ("-NONE-", "-LRB-", "-RRB-")  # labels that begin with a dash
 
 
@@ -137,6 +140,19 @@ def linearise(tree: Tree, *, tags: bool = False) -> list[str]:
             f"){tree.label}"]
 
 
+def slot_tag(token: str, word: str) -> str:
+    """The tag of a word slot `token` (XX or a predicted tag) filled with `word`: a punctuation
+    word's tag follows from the word (PUNCTUATION_TAGS), and other words get no punctuation
+    tag (XX instead) unless they may be punctuation (MAYBE_PUNCTUATION), so that EVALB deletes
+    the parse's punctuation where it deletes the gold's instead of failing the sentence on a
+    length mismatch."""
+    if word in PUNCTUATION_TAGS:
+        return PUNCTUATION_TAGS[word]
+    if token in PUNCTUATION and word not in MAYBE_PUNCTUATION:
+        return PLACEHOLDER
+    return token
+
+
 @dataclass
 class Restored:
     tree: Tree
@@ -145,15 +161,24 @@ class Restored:
 
 def restore(tokens: list[str], words: list[str], *, root: str = "S") -> Restored:
     """The tree of a (predicted) sequence, its word slots (XX or tags) filled with `words`
-    (an XX slot of a punctuation word gets its Treebank tag: PUNCTUATION_TAGS).
+    (punctuation tagged from the words: slot_tag).
     Repairs, each named in .repairs: a closing token with no open constituent is dropped; one
     whose label differs from the open constituent's closes that one; constituents left open
-    are closed; word slots beyond the sentence's words are dropped and missing words are
+    are closed; those with nothing in them are dropped; a predicted tag that slot_tag changes
+    is replaced; word slots beyond the sentence's words are dropped and missing words are
     added, tagged XX, to the last open constituent; several top-level constituents (or none)
     are put under one `root`. The result always has exactly `words` as its words."""
     repairs: list[str] = []
     stack: list[Tree] = [Tree("")]  # a holder of the top-level constituents
     next_word = 0
+
+    def close() -> None:  # the open constituent, into its parent unless it has nothing
+        node = stack.pop()
+        if node.children:
+            stack[-1].children.append(node)
+        else:  # printed "(NP )" it would read as a word, EVALB's way
+            repairs.append(f"empty: dropped ({node.label}")
+
     for token in tokens:
         if token.startswith("(") and len(token) > 1:
             stack.append(Tree(token[1:]))
@@ -161,26 +186,26 @@ def restore(tokens: list[str], words: list[str], *, root: str = "S") -> Restored
             if len(stack) == 1:
                 repairs.append(f"unopened: dropped {token}, nothing open")
                 continue
-            node = stack.pop()
-            if node.label != token[1:]:
-                repairs.append(f"mislabelled: {token} closed ({node.label}")
-            stack[-1].children.append(node)
+            if stack[-1].label != token[1:]:
+                repairs.append(f"mislabelled: {token} closed ({stack[-1].label}")
+            close()
         elif next_word < len(words):
             word = words[next_word]
-            tag = PUNCTUATION_TAGS.get(word, token) if token == PLACEHOLDER else token
+            tag = slot_tag(token, word)
+            if tag != token and token != PLACEHOLDER:
+                repairs.append(f"punctuation tag: {word} tagged {tag}, not {token}")
             stack[-1].children.append(Tree(tag, word=word))
             next_word += 1
         else:
             repairs.append(f"extra slot: dropped {token}, the sentence has {len(words)} words")
     if next_word < len(words):
         repairs.append(f"missing words: added {len(words) - next_word}")
-        stack[-1].children += [Tree(PUNCTUATION_TAGS.get(w, PLACEHOLDER), word=w)
+        stack[-1].children += [Tree(slot_tag(PLACEHOLDER, w), word=w)
                                for w in words[next_word:]]
     if len(stack) > 1:
         repairs.append(f"unclosed: closed {len(stack) - 1} constituents")
     while len(stack) > 1:
-        node = stack.pop()
-        stack[-1].children.append(node)
+        close()
     top = stack[0].children
     if len(top) == 1 and top[0].word is None:
         return Restored(top[0], repairs)
