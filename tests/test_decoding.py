@@ -428,18 +428,18 @@ def test_slot_limit_places_one_slot_per_source_word(search):
     model = FavoursA(tiny_model(seed=4), boost=3.0)
     src = random_batch(7, 3, 6, lengths=[6, 2, 4])
     vocab = model.cfg.vocab_size
-    slots = decoding.SlotLimit(is_slot_V=torch.arange(vocab) == A,
+    constraints = decoding.TreeConstraints(is_slot_V=torch.arange(vocab) == A,
                                begins_word_V=torch.arange(vocab) >= 10)
-    words = [int(w) for w in slots.words(src)]
+    words = [int(w) for w in constraints.words(src)]
     assert words == [int((row >= 10).sum()) for row in src]
     cfg = DecodeConfig(beam_size=3, n_best=3, max_length_offset=30)
     free = [[h.tokens.count(A) for h in hyps] for hyps in search(model, src, cfg)]
     assert any(n != w for counts, w in zip(free, words, strict=True) for n in counts), \
         "without the limit the outputs do not hold one A per word"
-    for hyps, w in zip(search(model, src, cfg, slots), words, strict=True):
+    for hyps, w in zip(search(model, src, cfg, constraints), words, strict=True):
         assert hyps and all(h.tokens.count(A) == w for h in hyps)
     short = DecodeConfig(beam_size=3, max_length=2)  # the limit still ends every output
-    for hyps in search(model, src, short, slots):
+    for hyps in search(model, src, short, constraints):
         assert hyps and all(len(h.tokens) <= 1 for h in hyps)
 
 
@@ -447,19 +447,70 @@ def test_slot_limit_places_one_slot_per_source_word(search):
 def test_slot_limit_holds_for_sentences_that_join_a_running_beam_search():
     model = FavoursA(tiny_model(seed=4), boost=3.0)
     vocab = model.cfg.vocab_size
-    slots = decoding.SlotLimit(is_slot_V=torch.arange(vocab) == A,
+    constraints = decoding.TreeConstraints(is_slot_V=torch.arange(vocab) == A,
                                begins_word_V=torch.arange(vocab) >= 10)
     cfg = DecodeConfig(beam_size=3, n_best=3, max_length_offset=30)
     first, later = random_batch(7, 2, 6, lengths=[6, 2]), random_batch(8, 2, 6, lengths=[5, 4])
-    search, results = decoding.BeamSearch(model, cfg, slots), {}
+    search, results = decoding.BeamSearch(model, cfg, constraints), {}
     search.add(first, [0, 1])
     for _ in range(3):
         results.update(search.step())
     search.add(later, [2, 3])
     while search:
         results.update(search.step())
-    words = torch.cat([slots.words(first), slots.words(later)]).tolist()
+    words = torch.cat([constraints.words(first), constraints.words(later)]).tolist()
     assert all(h.tokens.count(A) == words[k] for k, hyps in results.items() for h in hyps)
-    alone = decoding.beam_search(model, later, cfg, slots)
+    alone = decoding.beam_search(model, later, cfg, constraints)
     assert [[h.tokens for h in hyps] for hyps in alone] == \
         [[h.tokens for h in results[k]] for k in (2, 3)]
+
+
+OPEN, CLOSE = A + 1, A + 2
+
+
+def bracket_violations(tokens: list[int], limited: bool) -> list[str]:
+    """What breaks balance in an output: a close with nothing open or right after an open,
+    constituents left open (allowed only where the length limit ended the output)."""
+    found, depth, previous = [], 0, None
+    for t in tokens:
+        if t == CLOSE:
+            found += ["close with nothing open"] if depth == 0 else []
+            found += ["empty constituent"] if previous == OPEN else []
+            depth -= 1
+        depth += t == OPEN
+        previous = t
+    return found + (["left open"] if depth > 0 and not limited else [])
+
+
+class FavoursBrackets(FavoursA):
+    """After an opening bracket it favours A, elsewhere a closing bracket, then an opening
+    one: unconstrained, it closes what is not open."""
+
+    def decode(self, tgt_BT, memory, cache):
+        logits = self.model.decode(tgt_BT, memory, cache)
+        after_open = tgt_BT[:, -1:] == OPEN  # (B, 1)
+        logits[..., A] += torch.where(after_open, 4.0, 0.0)
+        logits[..., CLOSE] += torch.where(after_open, 0.0, 6.0)
+        logits[..., OPEN] += torch.where(after_open, 0.0, 3.0)
+        return logits
+
+
+@pytest.mark.parametrize("search", [greedy_search, beam_search, sample])
+def test_balanced_brackets_close_only_what_is_open_and_not_empty(search):
+    model = FavoursBrackets(tiny_model(seed=4), boost=0.0)
+    lengths = [6, 2, 4]
+    src = random_batch(7, 3, 6, lengths=lengths)
+    vocab = torch.arange(model.cfg.vocab_size)
+    constraints = decoding.TreeConstraints(begins_word_V=vocab >= 10, opens_V=vocab == OPEN,
+                                           closes_V=vocab == CLOSE)
+    cfg = DecodeConfig(beam_size=3, n_best=3, max_length_offset=30)
+
+    def violations(nbests):  # an output of n + 30 tokens, EOS the last, met its length limit
+        return [bracket_violations(h.tokens, len(h.tokens) + 1 >= n + 30)
+                for hyps, n in zip(nbests, lengths, strict=True) for h in hyps]
+
+    assert any(violations(search(model, src, cfg))), \
+        "without the constraint the outputs close what is not open"
+    held = search(model, src, cfg, constraints)
+    assert all(hyps for hyps in held) and not any(violations(held))
+    assert any(CLOSE in h.tokens for hyps in held for h in hyps), "closes are still written"

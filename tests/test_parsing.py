@@ -60,6 +60,13 @@ def test_parse_corpus_train_trees_and_score_through_the_cli(tmp_path, capsys):
                  "--output", str(tmp_path / "slots.trees"), "--beam-size", "4",
                  "--max-length-offset", "40", "--word-slots"]) == 0
     assert "extra slot" not in capsys.readouterr().err
+    # nothing closed that is not open, nothing empty (constituents left open only where the
+    # length limit ends an output)
+    assert main(["parse", "trees", "--model", str(run), "--input", str(corpus / "test.words"),
+                 "--output", str(tmp_path / "balanced.trees"), "--beam-size", "4",
+                 "--max-length-offset", "40", "--word-slots", "--balanced"]) == 0
+    err = capsys.readouterr().err
+    assert "extra slot" not in err and "unopened" not in err and "empty" not in err, err
     scores = tmp_path / "scores.json"
     assert main(["parse", "score", "--gold", str(corpus / "test.gold"), "--test", str(out),
                  "--json", str(scores)]) == 0

@@ -16,7 +16,7 @@ from ..data.trees import TreeError, parsing_pair, restore
 from ..data.vocab import WORD_BOUNDARY, Vocabulary
 from ..evaluation.bleu import read_text
 from ..evaluation.evalb import evalb_params, score_files, summary
-from ..inference.search import SlotLimit
+from ..inference.search import TreeConstraints
 from .options import (
     add_config_options,
     add_model_options,
@@ -61,6 +61,11 @@ def add_parser(sub) -> None:
                         "tag) per word of the sentence, no more and no fewer, instead of "
                         "leaving the count to the repairs; exact with a vocabulary that keeps "
                         "each bracket whole (prepare --whole-words)")
+    t.add_argument("--balanced", action="store_true",
+                   help="not in the paper: the search closes a constituent only where one is "
+                        "open and not empty, and ends only once every one is closed (the "
+                        "repairs then mend labels only); with a vocabulary that keeps each "
+                        "bracket whole")
     add_config_options(t, DecodeConfig, "decode")
     t.set_defaults(run=run_trees, overrides=[])
     s = commands.add_parser("score", help="EVALB's bracket scores of test trees against gold")
@@ -107,8 +112,9 @@ def run_corpus(args: argparse.Namespace) -> int:
 def run_trees(args: argparse.Namespace) -> int:
     overrides = section_overrides(args.overrides, DecodeConfig, "decode") | given(args, "decode")
     translator, _ = open_translator(args, overrides)
-    if args.word_slots:
-        translator.slots = word_slots(translator.vocab)
+    if args.word_slots or args.balanced:
+        translator.constraints = tree_constraints(translator.vocab, slots=args.word_slots,
+                                                  balanced=args.balanced)
     sentences = read_text(args.input)
     outputs = translator.translate([" ".join(reversed(s.split())) for s in sentences]
                                    if args.reverse else sentences)
@@ -127,17 +133,23 @@ def run_trees(args: argparse.Namespace) -> int:
     return 0
 
 
-def word_slots(vocab: Vocabulary) -> SlotLimit:
-    """The SlotLimit of a parsing model's vocabulary: a piece that begins a word is a word of
-    the source and, unless it opens or closes a constituent ("(NP", ")NP"), a slot of the
-    target, as `restore` reads the output's tokens."""
+def tree_constraints(vocab: Vocabulary, *, slots: bool, balanced: bool) -> TreeConstraints:
+    """The TreeConstraints of a parsing model's vocabulary: a piece that begins a word is a
+    word of the source and, unless it opens or closes a constituent ("(NP", ")NP"), a slot of
+    the target, as `restore` reads the output's tokens."""
     if not isinstance(vocab, Vocabulary):
-        raise ValueError("parse trees --word-slots needs a SentencePiece vocabulary of ours")
+        raise ValueError("parse trees --word-slots and --balanced need a SentencePiece "
+                         "vocabulary of ours")
     specials = {vocab.sp.pad_id(), vocab.sp.unk_id(), vocab.sp.bos_id(), vocab.sp.eos_id()}
     texts = [None if i in specials else vocab.sp.id_to_piece(i) for i in range(len(vocab))]
     begins = [t is not None and t.startswith(WORD_BOUNDARY) and len(t) > 1 for t in texts]
-    slot = [b and not (t[1] in "()" and len(t) > 2) for b, t in zip(begins, texts, strict=True)]
-    return SlotLimit(is_slot_V=torch.tensor(slot), begins_word_V=torch.tensor(begins))
+    opens = [b and t[1] == "(" and len(t) > 2 for b, t in zip(begins, texts, strict=True)]
+    closes = [b and t[1] == ")" and len(t) > 2 for b, t in zip(begins, texts, strict=True)]
+    slot = [b and not (o or c) for b, o, c in zip(begins, opens, closes, strict=True)]
+    return TreeConstraints(begins_word_V=torch.tensor(begins),
+                           is_slot_V=torch.tensor(slot) if slots else None,
+                           opens_V=torch.tensor(opens) if balanced else None,
+                           closes_V=torch.tensor(closes) if balanced else None)
 
 
 def run_score(args: argparse.Namespace) -> int:

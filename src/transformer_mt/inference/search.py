@@ -99,14 +99,20 @@ def cache_dtype(cfg: DecodeConfig) -> torch.dtype | None:
 
 
 @dataclass(frozen=True)
-class SlotLimit:
-    """Not in the paper, for parsing as translation: target tokens that each stand for one
-    source word (the placeholder XX, or the POS tags), so that an output holds exactly as many
-    of them as its source has words. Once every word has its slot no more are allowed; until
-    then EOS is not, except at the output's length limit, which still ends it."""
+class TreeConstraints:
+    """Not in the paper, for parsing as translation. Word slots (is_slot_V): target tokens that
+    each stand for one source word (the placeholder XX, or the POS tags), so that an output
+    holds exactly as many of them as its source has words; once every word has its slot no more
+    are allowed, and until then EOS is not. Balanced brackets (opens_V, closes_V): a closing
+    bracket only inside an open constituent and never right after an opening one, EOS only
+    once every constituent is closed, and with word slots no opening bracket once every word
+    has its slot (no empty constituents). The output's length limit still ends an output
+    whatever these say."""
 
-    is_slot_V: Tensor  # (target vocabulary,) bool: the slot tokens
     begins_word_V: Tensor  # (source vocabulary,) bool: the source tokens that begin a word
+    is_slot_V: Tensor | None = None  # (target vocabulary,) bool: the slot tokens
+    opens_V: Tensor | None = None  # (target vocabulary,) bool: "(NP", ...
+    closes_V: Tensor | None = None  # (target vocabulary,) bool: ")NP", ...
 
     def words(self, src_BS: Tensor) -> Tensor:
         """(B,) the words of each source sentence."""
@@ -114,20 +120,31 @@ class SlotLimit:
 
     def apply(self, logp_BV: Tensor, tokens_BT: Tensor, words_B: Tensor, eos: int,
               at_limit_B: Tensor) -> None:
-        is_slot_V = self.is_slot_V.to(logp_BV.device)
-        placed_B = is_slot_V[tokens_BT].sum(dim=1)
-        logp_BV.masked_fill_(is_slot_V & (placed_B >= words_B)[:, None], float("-inf"))
-        logp_BV[:, eos].masked_fill_((placed_B < words_B) & ~at_limit_B, float("-inf"))
+        inf, device = float("-inf"), logp_BV.device
+        all_placed_B = None
+        if self.is_slot_V is not None:
+            is_slot_V = self.is_slot_V.to(device)
+            all_placed_B = is_slot_V[tokens_BT].sum(dim=1) >= words_B
+            logp_BV.masked_fill_(is_slot_V & all_placed_B[:, None], inf)
+            logp_BV[:, eos].masked_fill_(~all_placed_B & ~at_limit_B, inf)
+        if self.opens_V is not None and self.closes_V is not None:
+            opens_V, closes_V = self.opens_V.to(device), self.closes_V.to(device)
+            depth_B = opens_V[tokens_BT].sum(dim=1) - closes_V[tokens_BT].sum(dim=1)
+            no_close_B = (depth_B <= 0) | opens_V[tokens_BT[:, -1]]
+            logp_BV.masked_fill_(closes_V & no_close_B[:, None], inf)
+            logp_BV[:, eos].masked_fill_((depth_B > 0) & ~at_limit_B, inf)
+            if all_placed_B is not None:  # a constituent opened now would stay empty
+                logp_BV.masked_fill_(opens_V & all_placed_B[:, None], inf)
 
 
 def _next_log_probs(model, tokens_BT: Tensor, memory, cache, max_len_B: Tensor,
                     min_length: int, position_B: Tensor | None = None,
-                    slots: tuple[SlotLimit, Tensor] | None = None) -> Tensor:
+                    constraints: tuple[TreeConstraints, Tensor] | None = None) -> Tensor:
     """Log-probabilities (B, V) of the next token; padding never (as fairseq, and Marian's
     bad_words_ids), EOS forced where max_len_B is reached and forbidden while the output is
     shorter than min_length. position_B: the next token is the position-th of each row's
-    output (None: the tokens' length, for every row). slots: a SlotLimit and each row's
-    words (B,)."""
+    output (None: the tokens' length, for every row). constraints: a TreeConstraints and each
+    row's words (B,)."""
     logits_BV = model.decode(tokens_BT[:, -1:], memory, cache)[:, -1].float()
     logp_BV = torch.log_softmax(logits_BV, dim=-1)
     eos = model.cfg.eos_id
@@ -142,8 +159,8 @@ def _next_log_probs(model, tokens_BT: Tensor, memory, cache, max_len_B: Tensor,
         eos_lp_B = logp_BV[:, eos].clone()
         logp_BV.masked_fill_(at_limit_B[:, None], float("-inf"))
         logp_BV[:, eos] = torch.where(at_limit_B, eos_lp_B, logp_BV[:, eos])
-    if slots is not None:
-        slots[0].apply(logp_BV, tokens_BT, slots[1], eos, at_limit_B)
+    if constraints is not None:
+        constraints[0].apply(logp_BV, tokens_BT, constraints[1], eos, at_limit_B)
     return logp_BV
 
 
@@ -172,7 +189,7 @@ def topk_in_blocks(x_AX: Tensor, k: int, block: int = 128) -> tuple[Tensor, Tens
 
 def _sequential_search(model: DecodingModel, src_BS: Tensor, cfg: DecodeConfig,
                        choose: Callable[[Tensor], Tensor],
-                       slots: SlotLimit | None = None) -> list[list[Hypothesis]]:
+                       constraints: TreeConstraints | None = None) -> list[list[Hypothesis]]:
     """One hypothesis per sentence, the next token picked by `choose(logp_AV) -> (A,)` for the
     A sentences still decoding; a sentence leaves the batch (and the caches) at its EOS."""
     mcfg = model.cfg
@@ -181,13 +198,13 @@ def _sequential_search(model: DecodingModel, src_BS: Tensor, cfg: DecodeConfig,
     B, device = src_BS.size(0), src_BS.device
     active_A = torch.arange(B, device=device)  # the sentence in each row
     max_len_A = max_output_lengths(src_BS, mcfg.pad_id, cfg)
-    words_A = slots.words(src_BS) if slots else max_len_A
+    words_A = constraints.words(src_BS) if constraints else max_len_A  # (unused without)
     tokens_AT = torch.full((B, 1), mcfg.bos_id, dtype=torch.long, device=device)
     log_prob_A = torch.zeros(B, device=device)
     hyps: list[list[Hypothesis]] = [[] for _ in range(B)]
     while len(active_A):
         logp_AV = _next_log_probs(model, tokens_AT, memory, cache, max_len_A, cfg.min_length,
-                                  slots=(slots, words_A) if slots else None)
+                                  constraints=(constraints, words_A) if constraints else None)
         next_A = choose(logp_AV)
         log_prob_A += logp_AV.gather(1, next_A[:, None]).squeeze(1)
         tokens_AT = torch.cat([tokens_AT, next_A[:, None]], dim=1)
@@ -208,15 +225,15 @@ def _sequential_search(model: DecodingModel, src_BS: Tensor, cfg: DecodeConfig,
 
 @torch.inference_mode()
 def greedy_search(model: DecodingModel, src_BS: Tensor, cfg: DecodeConfig,
-                  slots: SlotLimit | None = None) -> list[list[Hypothesis]]:
+                  constraints: TreeConstraints | None = None) -> list[list[Hypothesis]]:
     """The most probable next token at each step. Returns one hypothesis per sentence."""
     return _sequential_search(model, src_BS, cfg, lambda logp_BV: logp_BV.argmax(dim=-1),
-                              slots)
+                              constraints)
 
 
 @torch.inference_mode()
 def sample(model: DecodingModel, src_BS: Tensor, cfg: DecodeConfig,
-           slots: SlotLimit | None = None) -> list[list[Hypothesis]]:
+           constraints: TreeConstraints | None = None) -> list[list[Hypothesis]]:
     """Ancestral sampling with temperature, top-k and top-p (nucleus) filtering; seeded by
     cfg.seed. Not in the paper. Scores are the model's own (unfiltered) log-probabilities."""
     generator = torch.Generator(device=src_BS.device).manual_seed(cfg.seed)
@@ -226,7 +243,7 @@ def sample(model: DecodingModel, src_BS: Tensor, cfg: DecodeConfig,
         probs_BV = torch.softmax(filtered_BV, dim=-1)
         return torch.multinomial(probs_BV, 1, generator=generator).squeeze(1)
 
-    return _sequential_search(model, src_BS, cfg, choose, slots)
+    return _sequential_search(model, src_BS, cfg, choose, constraints)
 
 
 def filter_logits(logits_BV: Tensor, *, top_k: int, top_p: float) -> Tensor:
@@ -257,8 +274,9 @@ class BeamSearch:
     are masked, so that a sentence's search is the same whenever it joins. That needs a
     cache with `merge` (a Transformer's, an Ensemble's)."""
 
-    def __init__(self, model: DecodingModel, cfg: DecodeConfig, slots: SlotLimit | None = None):
-        self.model, self.cfg, self.slots = model, cfg, slots
+    def __init__(self, model: DecodingModel, cfg: DecodeConfig,
+                 constraints: TreeConstraints | None = None):
+        self.model, self.cfg, self.constraints = model, cfg, constraints
         self.keys: list[Any] = []  # A: the caller's key of each sentence still searching
         self.finished: list[list[Hypothesis]] = []  # (A,) its finished hypotheses
         self.cache: DecodingCache | None = None
@@ -266,7 +284,7 @@ class BeamSearch:
         # Rows a*n .. a*n+n-1 continue sentence a: n is 1 (its BOS) until the first step has
         # chosen N hypotheses. A sentence's output begins at column first_A[a] of tokens.
         self.tokens_AnT = self.alive_lp_An = self.max_len_A = self.first_A = torch.empty(0)
-        self.words_A = torch.empty(0)  # with slots: the words of each sentence's source
+        self.words_A = torch.empty(0)  # with constraints: the words of each sentence's source
 
     def __len__(self) -> int:
         """Sentences still searching."""
@@ -277,7 +295,7 @@ class BeamSearch:
         mcfg, B = self.model.cfg, src_BS.size(0)
         memory = self.model.encode(src_BS)
         max_len_B = max_output_lengths(src_BS, mcfg.pad_id, self.cfg)
-        words_B = self.slots.words(src_BS) if self.slots else max_len_B
+        words_B = self.constraints.words(src_BS) if self.constraints else max_len_B  # (unused)
         if not self.keys:  # a new search: one row per sentence until the first step
             self.memory = memory  # decode reads the sources from the cache, merged or not
             self.cache = self.model.new_cache(memory, kv_dtype=cache_dtype(self.cfg))
@@ -312,8 +330,8 @@ class BeamSearch:
         logp_AnV = _next_log_probs(self.model, self.tokens_AnT, self.memory, self.cache,
                                    self.max_len_A.repeat_interleave(n), cfg.min_length,
                                    length_A.repeat_interleave(n) if self.joined else None,
-                                   (self.slots, self.words_A.repeat_interleave(n))
-                                   if self.slots else None)
+                                   (self.constraints, self.words_A.repeat_interleave(n))
+                                   if self.constraints else None)
         V = logp_AnV.size(-1)
         if V < 2 * N:
             raise ValueError(f"beam search keeps 2 x beam_size = {2 * N} candidates; the "
@@ -367,9 +385,9 @@ class BeamSearch:
 
 @torch.inference_mode()
 def beam_search(model: DecodingModel, src_BS: Tensor, cfg: DecodeConfig,
-                slots: SlotLimit | None = None) -> list[list[Hypothesis]]:
+                constraints: TreeConstraints | None = None) -> list[list[Hypothesis]]:
     """`BeamSearch` of one batch: the n_best finished hypotheses of each sentence, best first."""
-    search = BeamSearch(model, cfg, slots)
+    search = BeamSearch(model, cfg, constraints)
     search.add(src_BS, list(range(src_BS.size(0))))
     results: list[list[Hypothesis]] = [[] for _ in range(src_BS.size(0))]
     while search:
@@ -397,8 +415,8 @@ def _beam_done(finished: list[Hypothesis], N: int, best_possible: float) -> bool
 
 
 def generate(model: DecodingModel, src_BS: Tensor, cfg: DecodeConfig,
-             slots: SlotLimit | None = None) -> list[list[Hypothesis]]:
-    """Decode a padded batch of source ids (B, S) with cfg.strategy (and a SlotLimit)."""
+             constraints: TreeConstraints | None = None) -> list[list[Hypothesis]]:
+    """Decode a padded batch of source ids (B, S) with cfg.strategy (and a TreeConstraints)."""
     search = {"beam": beam_search, "greedy": greedy_search, "sample": sample}[cfg.strategy]
     with attention_kernels(src_BS.device):
-        return search(model, src_BS, cfg, slots)
+        return search(model, src_BS, cfg, constraints)
