@@ -64,8 +64,8 @@ def add_parser(sub) -> None:
     t.add_argument("--balanced", action="store_true",
                    help="not in the paper: the search closes a constituent only where one is "
                         "open and not empty, and ends only once every one is closed (the "
-                        "repairs then mend labels only); with a vocabulary that keeps each "
-                        "bracket whole")
+                        "repairs then mend closing labels and extra roots only); with a "
+                        "vocabulary that keeps each bracket whole")
     add_config_options(t, DecodeConfig, "decode")
     t.set_defaults(run=run_trees, overrides=[])
     s = commands.add_parser("score", help="EVALB's bracket scores of test trees against gold")
