@@ -120,3 +120,38 @@ def test_reversed_input_is_written_and_read_last_word_first(tmp_path, monkeypatc
     assert seen == (reverse / "test.reversed").read_text().splitlines()
     assert [parse_tree(t).words() for t in out.read_text().splitlines()] == \
         [w.split() for w in words], "trees keep the words in reading order"
+
+
+def test_words_as_slots_are_written_without_symbols_and_read_back_as_slots(tmp_path,
+                                                                            monkeypatch, capsys):
+    rng = random.Random(2)
+    trees = tmp_path / "treebank"
+    trees.mkdir()
+    for split in ("train", "dev", "test"):
+        (trees / f"{split}.trees").write_text("\n".join(tree(rng) for _ in range(5)) + "\n")
+    corpus = tmp_path / "corpus"
+    assert main(["parse", "corpus", "--trees-dir", str(trees), "--out", str(corpus),
+                 "--slots", "words"]) == 0
+    words = (corpus / "test.words").read_text().splitlines()
+    targets = (corpus / "test.tree").read_text().splitlines()
+    assert [[t for t in target.split() if t[0] not in "()"] for target in targets] == \
+        [w.split() for w in words], "each word slot is its word"
+    symbols = set((corpus / "symbols.txt").read_text().split())
+    assert {"(S", ")NP"} <= symbols and not symbols & set(" ".join(words).split()) and \
+        "XX" not in symbols
+
+    class Copier:  # a model that copies the tree it was trained on, one word wrong
+        def translate(self, sentences):
+            return [t.replace("dog", "cat", 1) if "dog" in t else t for t in targets]
+
+    monkeypatch.setattr("transformer_mt.cli.parse.open_translator",
+                        lambda args, overrides: (Copier(), None))
+    out = tmp_path / "parsed.trees"
+    capsys.readouterr()
+    assert main(["parse", "trees", "--model", str(tmp_path), "--input",
+                 str(corpus / "test.words"), "--output", str(out), "--slots", "words"]) == 0
+    miscopied = sum("dog" in t for t in targets)
+    assert miscopied, "the test corpus has a dog to miscopy"
+    assert f"{miscopied} needed repair (miscopied {miscopied})" in capsys.readouterr().err
+    assert out.read_text() == (corpus / "test.gold").read_text().replace("(NN ", "(XX ") \
+        .replace("(DT ", "(XX ").replace("(VBZ ", "(XX "), "the gold tree, tags as XX"

@@ -25,7 +25,8 @@ def test_preprocessing_and_linearisation_of_a_treebank_tree():
                          "(PP (IN of) (NP (NNP Elsevier) (NNP N.V.))))) (. .))")
     assert " ".join(linearise(tree)) == ("(S (NP XX XX )NP (VP XX (NP (NP XX )NP (PP XX "
                                          "(NP XX XX )NP )PP )NP )VP XX )S")
-    assert linearise(tree, tags=True)[1:4] == ["(NP", "NNP", "NNP"]
+    assert linearise(tree, slots="tags")[1:4] == ["(NP", "NNP", "NNP"]
+    assert linearise(tree, slots="words")[1:4] == ["(NP", "Mr.", "Vinken"]
     assert preprocess(parse_tree("(X (-NONE- *))")) is None
     assert str(preprocess(parse_tree("(S (-LRB- -LRB-) (NP=2 (NN x)))"))) == \
         "(S (-LRB- -LRB-) (NP (NN x)))"
@@ -36,8 +37,8 @@ def test_preprocessing_and_linearisation_of_a_treebank_tree():
             parse_tree(bad)
 
 
-def round_trip(tree, *, tags):
-    restored = restore(linearise(tree, tags=tags), tree.words())
+def round_trip(tree, *, slots):
+    restored = restore(linearise(tree, slots=slots), tree.words(), slots=slots)
     assert restored.repairs == []
     return restored.tree
 
@@ -51,19 +52,21 @@ def test_restore_inverts_linearise_on_every_tree_of_the_sample(shared_data):
         for number, line in enumerate(lines, 1):
             tree = preprocess(parse_tree(line))
             if (split, number) == WA:  # the annotation error restore() mends
-                mended = restore(linearise(tree, tags=True), tree.words())
+                mended = restore(linearise(tree, slots="tags"), tree.words())
                 assert mended.repairs == ["punctuation tag: Wa tagged XX, not ,"]
             else:
-                assert str(round_trip(tree, tags=True)) == str(tree), (split, number)
-            placeholder = round_trip(tree, tags=False)
-            assert placeholder.words() == tree.words(), (split, number)
-            assert placeholder.tags() == [PUNCTUATION_TAGS.get(w, "XX") for w in tree.words()]
+                assert str(round_trip(tree, slots="tags")) == str(tree), (split, number)
+            for slots in ("placeholder", "words"):
+                untagged = round_trip(tree, slots=slots)
+                assert untagged.words() == tree.words(), (split, number)
+                assert untagged.tags() == [PUNCTUATION_TAGS.get(w, "XX") for w in tree.words()]
 
 
 def test_restore_inverts_linearise_on_a_hand_built_tree():
     tree = preprocess(parse_tree(RAW))
-    assert str(round_trip(tree, tags=True)) == str(tree)
-    assert round_trip(tree, tags=False).tags()[-1] == ".", "punctuation tagged from its word"
+    assert str(round_trip(tree, slots="tags")) == str(tree)
+    assert round_trip(tree, slots="placeholder").tags()[-1] == ".", \
+        "punctuation tagged from its word"
 
 
 ROOTS = "several roots: put 2 top-level items under (S"
@@ -91,6 +94,12 @@ def test_malformed_sequences_restore_to_trees_with_the_sentences_words(sequence,
     assert restored.repairs == repaired
     assert str(restored.tree) == tree
     assert restored.tree.words() == words
+
+
+def test_copied_words_are_slots_and_a_miscopied_one_is_replaced_and_counted():
+    restored = restore("(S (NP a )NP (VP c . )VP )S".split(), ["a", "b", "."], slots="words")
+    assert restored.repairs == ["miscopied: b for c"]
+    assert str(restored.tree) == "(S (NP (XX a)) (VP (XX b) (. .)))"
 
 
 def test_a_tree_nested_as_deep_as_a_long_output_prints_reads_and_scores():

@@ -2,7 +2,8 @@
 # §6.3 on the Treebank sample: trees -> pairs -> prepare -> train (wall-time budget) -> parse
 # dev and test -> EVALB scores (COLLINS.prm, and the strict summary).
 # Usage: benchmarks/parsing/run.sh MINUTES [OUT_DIR] ; TRAIN_ARGS="..." adds train overrides,
-# CONFIG picks the preset (default parsing-cpu), TAGS=1 keeps POS tags in the targets,
+# CONFIG picks the preset (default parsing-cpu), SLOTS=tags keeps POS tags in the targets
+# (SLOTS=words: the words; default the placeholder XX),
 # REVERSE=1 feeds the words last to first, AVERAGE=N parses with the average of the last N
 # checkpoints (§6.1) instead of the last one. The targets' brackets, labels and tags are one
 # piece each (prepare --whole-words corpus/symbols.txt); SPLIT_SYMBOLS=1 lets BPE split them.
@@ -16,8 +17,8 @@ SOURCE=${REVERSE:+reversed}
 SOURCE=${SOURCE:-words}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/run.log") 2>&1
-echo "== $(date -u +%FT%TZ) parsing, $MINUTES min, commit $(git -C "$REPO" rev-parse --short HEAD), config $CONFIG ${TRAIN_ARGS:-} TAGS=${TAGS:-} REVERSE=${REVERSE:-} AVERAGE=${AVERAGE:-} SPLIT_SYMBOLS=${SPLIT_SYMBOLS:-}"
-transformer-mt parse corpus --trees-dir "$DATA/ptb-sample" --out "$OUT/corpus" ${TAGS:+--tags} \
+echo "== $(date -u +%FT%TZ) parsing, $MINUTES min, commit $(git -C "$REPO" rev-parse --short HEAD), config $CONFIG ${TRAIN_ARGS:-} SLOTS=${SLOTS:-} REVERSE=${REVERSE:-} AVERAGE=${AVERAGE:-} SPLIT_SYMBOLS=${SPLIT_SYMBOLS:-}"
+transformer-mt parse corpus --trees-dir "$DATA/ptb-sample" --out "$OUT/corpus" --slots "${SLOTS:-placeholder}" \
   ${REVERSE:+--reverse}
 WHOLE_WORDS=(--whole-words "$OUT/corpus/symbols.txt")
 [ -z "${SPLIT_SYMBOLS:-}" ] || WHOLE_WORDS=()
@@ -35,7 +36,7 @@ if [ -n "${AVERAGE:-}" ]; then
 fi
 for split in valid test; do
   transformer-mt parse trees --model "$MODEL" --input "$OUT/corpus/$split.words" \
-    --output "$OUT/$split.parsed" ${REVERSE:+--reverse}
+    --output "$OUT/$split.parsed" --slots "${SLOTS:-placeholder}" ${REVERSE:+--reverse}
   transformer-mt parse score --gold "$OUT/corpus/$split.gold" --test "$OUT/$split.parsed" \
     --json "$OUT/$split.scores.json"
 done

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from ..config import DecodeConfig
-from ..data.trees import TreeError, parsing_pair, restore
+from ..data.trees import SLOTS, TreeError, is_bracket, parsing_pair, restore
 from ..data.vocab import WORD_BOUNDARY, Vocabulary
 from ..evaluation.bleu import read_text
 from ..evaluation.evalb import evalb_params, score_files, summary
@@ -42,8 +42,10 @@ def add_parser(sub) -> None:
                    help="train.trees, dev.trees, test.trees: one bracketed tree per line "
                         "(../shared/data/ptb-sample)")
     c.add_argument("--out", required=True, type=Path)
-    c.add_argument("--tags", action="store_true",
-                   help="keep POS tags in the target instead of the placeholder XX")
+    c.add_argument("--slots", choices=SLOTS, default="placeholder",
+                   help="what stands for a word in the target: the placeholder XX (Vinyals "
+                        "et al. 2015, the default), its POS tag, or (not in the paper) the word "
+                        "itself, copied from the source; parse with `trees` given the same")
     c.add_argument("--reverse", action="store_true",
                    help="also write SPLIT.reversed, the words last to first, as the model's "
                         "source (Vinyals et al. 2015); parse with `trees --reverse`")
@@ -56,6 +58,10 @@ def add_parser(sub) -> None:
     t.add_argument("--reverse", action="store_true",
                    help="the model reads words last to first (trained on `corpus --reverse`'s "
                         "SPLIT.reversed); --input stays in reading order")
+    t.add_argument("--slots", choices=SLOTS, default="placeholder",
+                   help="as the model's corpus was written (`corpus --slots`); with words, "
+                        "the copied words are read as slots (tagged XX) and a miscopied one is "
+                        "counted as a repair")
     t.add_argument("--word-slots", action="store_true",
                    help="not in the paper: the search writes exactly one word slot (XX or a "
                         "tag) per word of the sentence, no more and no fewer, instead of "
@@ -85,7 +91,7 @@ def run_corpus(args: argparse.Namespace) -> int:
         pairs = []
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             try:
-                pairs.append(parsing_pair(line, tags=args.tags))
+                pairs.append(parsing_pair(line, slots=args.slots))
             except TreeError as err:
                 raise ValueError(f"{path}:{number}: {err}") from None
         splits[ours] = (path, pairs)
@@ -99,8 +105,10 @@ def run_corpus(args: argparse.Namespace) -> int:
             (args.out / f"{ours}.{suffix}").write_text("\n".join(lines) + "\n",
                                                         encoding="utf-8")
         print(f"{ours}: {len(pairs)} trees from {path}")
-    # the targets' brackets, labels and tags, for prepare --whole-words: one piece each
-    symbols = sorted({token for _, tree, _ in splits["train"][1] for token in tree.split()})
+    # the targets' brackets, labels and tags (not words), for prepare --whole-words: one
+    # piece each
+    symbols = sorted({token for _, tree, _ in splits["train"][1] for token in tree.split()
+                      if args.slots != "words" or is_bracket(token)})
     (args.out / SYMBOLS_FILE).write_text("\n".join(symbols) + "\n", encoding="utf-8")
     source = "reversed" if args.reverse else "words"
     print(f"wrote {args.out}/{{train,valid,test}}.{{{','.join(files)}}} and {SYMBOLS_FILE}; "
@@ -122,7 +130,7 @@ def run_trees(args: argparse.Namespace) -> int:
     repaired = 0
     lines = []
     for sentence, output in zip(sentences, outputs, strict=True):
-        restored = restore(output.split(), sentence.split())
+        restored = restore(output.split(), sentence.split(), slots=args.slots)
         repaired += bool(restored.repairs)
         repairs.update(r.split(":")[0] for r in restored.repairs)
         lines.append(str(restored.tree))

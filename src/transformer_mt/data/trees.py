@@ -3,7 +3,8 @@
 Penn Treebank trees are read, preprocessed as parsers do (function tags cut, `-NONE-` empty
 elements removed with the constituents they leave empty, the unlabeled root removed) and
 linearised as Vinyals et al. (2015) do: an opening token per constituent ("(NP"), a closing
-token with its label (")NP"), and per word its POS tag or the placeholder XX. The source of a
+token with its label (")NP"), and per word a slot: the placeholder XX, its POS tag, or (not in
+the paper) the word itself, which the model then copies from the source. The source of a
 parsing pair is the words, the target the linearised tree. `restore` rebuilds a tree from a
 predicted sequence and the sentence's words, repairing what a model may get wrong, and says
 what it repaired.
@@ -13,8 +14,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Literal
 
 PLACEHOLDER = "XX"
+Slots = Literal["placeholder", "tags", "words"]  # what stands for a word in the target
+SLOTS: tuple[Slots, ...] = ("placeholder", "tags", "words")
 TOKENS = re.compile(r"\(|\)|[^\s()]+")
 PARENS = ("(", ")")
 # The Treebank's punctuation tags, which follow from the word: a placeholder slot filled with
@@ -131,13 +135,18 @@ def preprocess(tree: Tree) -> Tree | None:
     return Tree(label, children)
 
 
-def linearise(tree: Tree, *, tags: bool = False) -> list[str]:
-    """Vinyals et al.'s sequence: "(S (NP XX XX )NP (VP XX )VP )S"; `tags` writes each POS
-    tag instead of XX."""
+def linearise(tree: Tree, *, slots: Slots = "placeholder") -> list[str]:
+    """Vinyals et al.'s sequence: "(S (NP XX XX )NP (VP XX )VP )S"; slots="tags" writes each
+    POS tag instead of XX, slots="words" each word ("(S (NP the dog )NP (VP runs )VP )S")."""
     if tree.word is not None:
-        return [tree.label if tags else PLACEHOLDER]
-    return [f"({tree.label}", *(t for child in tree.children for t in linearise(child, tags=tags)),
-            f"){tree.label}"]
+        return [{"placeholder": PLACEHOLDER, "tags": tree.label, "words": tree.word}[slots]]
+    return [f"({tree.label}", *(t for child in tree.children
+                                for t in linearise(child, slots=slots)), f"){tree.label}"]
+
+
+def is_bracket(token: str) -> bool:
+    """An opening or closing token of a linearised tree ("(NP", ")NP"), not a word slot."""
+    return len(token) > 1 and token[0] in PARENS
 
 
 def slot_tag(token: str, word: str) -> str:
@@ -159,15 +168,18 @@ class Restored:
     repairs: list[str]  # "kind: detail" of each repair; empty when the sequence was well-formed
 
 
-def restore(tokens: list[str], words: list[str], *, root: str = "S") -> Restored:
-    """The tree of a (predicted) sequence, its word slots (XX or tags) filled with `words`
-    (punctuation tagged from the words: slot_tag).
+def restore(tokens: list[str], words: list[str], *, root: str = "S",
+            slots: Slots = "placeholder") -> Restored:
+    """The tree of a (predicted) sequence, its word slots (XX, tags or copied words, as
+    `slots` says) filled with `words` (punctuation tagged from the words: slot_tag; copied
+    words tagged as XX would be).
     Repairs, each named in .repairs: a closing token with no open constituent is dropped; one
     whose label differs from the open constituent's closes that one; constituents left open
     are closed; those with nothing in them are dropped; a predicted tag that slot_tag changes
     is replaced; word slots beyond the sentence's words are dropped and missing words are
     added, tagged XX, to the last open constituent; several top-level constituents (or none)
-    are put under one `root`. The result always has exactly `words` as its words."""
+    are put under one `root`; a copied word that is not the sentence's word there is replaced.
+    The result always has exactly `words` as its words."""
     repairs: list[str] = []
     stack: list[Tree] = [Tree("")]  # a holder of the top-level constituents
     next_word = 0
@@ -191,6 +203,10 @@ def restore(tokens: list[str], words: list[str], *, root: str = "S") -> Restored
             close()
         elif next_word < len(words):
             word = words[next_word]
+            if slots == "words":
+                if token != word:
+                    repairs.append(f"miscopied: {word} for {token}")
+                token = PLACEHOLDER
             tag = slot_tag(token, word)
             if tag != token and token != PLACEHOLDER:
                 repairs.append(f"punctuation tag: {word} tagged {tag}, not {token}")
@@ -214,10 +230,10 @@ def restore(tokens: list[str], words: list[str], *, root: str = "S") -> Restored
     return Restored(Tree(root, top), repairs)
 
 
-def parsing_pair(line: str, *, tags: bool = False) -> tuple[str, str, Tree]:
+def parsing_pair(line: str, *, slots: Slots = "placeholder") -> tuple[str, str, Tree]:
     """One Treebank line as a parsing pair: (its words, its linearised tree, the preprocessed
     tree); a TreeError names what is wrong, and a tree of nothing but empty elements is one."""
     tree = preprocess(parse_tree(line))
     if tree is None:
         raise TreeError("nothing is left after removing the empty elements")
-    return " ".join(tree.words()), " ".join(linearise(tree, tags=tags)), tree
+    return " ".join(tree.words()), " ".join(linearise(tree, slots=slots)), tree
