@@ -6,9 +6,12 @@ written and read last word first."""
 import json
 import random
 
+import torch
+
 from transformer_mt.cli.main import main
+from transformer_mt.cli.parse import tree_constraints
 from transformer_mt.data.trees import parse_tree
-from transformer_mt.data.vocab import Vocabulary
+from transformer_mt.data.vocab import Vocabulary, train_vocabulary
 
 NOUNS, VERBS, DETS = ["dog", "cat", "girl", "ball", "park"], ["sees", "runs", "likes"], \
     ["a", "the"]
@@ -155,3 +158,21 @@ def test_words_as_slots_are_written_without_symbols_and_read_back_as_slots(tmp_p
     assert f"{miscopied} needed repair (miscopied {miscopied})" in capsys.readouterr().err
     assert out.read_text() == (corpus / "test.gold").read_text().replace("(NN ", "(XX ") \
         .replace("(DT ", "(XX ").replace("(VBZ ", "(XX "), "the gold tree, tags as XX"
+
+
+def test_word_slots_count_every_source_word_rare_ones_too(tmp_path):
+    # a rare word is encoded as the word boundary alone and its letters ("▁", "X", "q", ...):
+    # it is a word like any other, for the count of the source's words and of the slots
+    lines = [f"the {n} dog sees a cat" for n in NOUNS] * 20 + ["(S (NP XX XX )NP )S"] * 20
+    vocab = train_vocabulary(lines, vocab_size=60, out_path=tmp_path / "sp.model",
+                             whole_words=["(S", ")S", "(NP", ")NP", "XX"])
+    constraints = tree_constraints(vocab, slots=True, balanced=True)
+    for sentence in ("the dog sees a cat", "Xqzt sees 34.5% Q", "the Zyx dog"):
+        pieces = vocab.sp.encode(sentence, out_type=str)
+        assert constraints.words(torch.tensor([vocab.encode(sentence)])).tolist() == \
+            [len(sentence.split())], pieces
+    assert "\u2581" in vocab.sp.encode("Xqzt", out_type=str), "the case is exercised"
+    slot = constraints.is_slot_V
+    for text in ("XX", "Qx"):  # the placeholder and a written-out word are slots, brackets not
+        assert slot[vocab.encode(text)[0]]
+    assert not slot[vocab.encode("(NP")].any() and not slot[vocab.encode(")S")].any()

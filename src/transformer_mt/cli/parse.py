@@ -142,17 +142,18 @@ def run_trees(args: argparse.Namespace) -> int:
 
 
 def tree_constraints(vocab: Vocabulary, *, slots: bool, balanced: bool) -> TreeConstraints:
-    """The TreeConstraints of a parsing model's vocabulary: a piece that begins a word is a
-    word of the source and, unless it opens or closes a constituent ("(NP", ")NP"), a slot of
-    the target, as `restore` reads the output's tokens."""
+    """The TreeConstraints of a parsing model's vocabulary: a piece that begins a word (the
+    word boundary alone too: SentencePiece writes a rare word as "▁" and its letters) is a word
+    of the source and, unless it opens or closes a constituent ("(NP", ")NP"), a slot of the
+    target, as `restore` reads the output's tokens."""
     if not isinstance(vocab, Vocabulary):
         raise ValueError("parse trees --word-slots and --balanced need a SentencePiece "
                          "vocabulary of ours")
     specials = {vocab.sp.pad_id(), vocab.sp.unk_id(), vocab.sp.bos_id(), vocab.sp.eos_id()}
     texts = [None if i in specials else vocab.sp.id_to_piece(i) for i in range(len(vocab))]
-    begins = [t is not None and t.startswith(WORD_BOUNDARY) and len(t) > 1 for t in texts]
-    opens = [b and t[1] == "(" and len(t) > 2 for b, t in zip(begins, texts, strict=True)]
-    closes = [b and t[1] == ")" and len(t) > 2 for b, t in zip(begins, texts, strict=True)]
+    begins = [t is not None and t.startswith(WORD_BOUNDARY) for t in texts]
+    opens = [b and len(t) > 2 and t[1] == "(" for b, t in zip(begins, texts, strict=True)]
+    closes = [b and len(t) > 2 and t[1] == ")" for b, t in zip(begins, texts, strict=True)]
     slot = [b and not (o or c) for b, o, c in zip(begins, opens, closes, strict=True)]
     return TreeConstraints(begins_word_V=torch.tensor(begins),
                            is_slot_V=torch.tensor(slot) if slots else None,
