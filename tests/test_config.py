@@ -123,6 +123,27 @@ def test_the_multi30k_preset_is_the_recipe_of_the_recorded_runs():
     assert preset["decode"] == recorded["decode"] | {"length_penalty": 1.2}
 
 
+def test_the_tatoeba_preset_is_the_recipe_of_the_recorded_runs():
+    """`--config tatoeba` is what both recorded Tatoeba runs trained with (85 of its 90
+    minutes, one thread each), with the length penalty they chose on dev."""
+    import json
+
+    from conftest import REPO
+    from transformer_mt.config import Config, config_from_dict, config_to_dict
+
+    preset = config_to_dict(load_config("tatoeba", ["train.max_minutes=85", "train.threads=1"]))
+    for pair in ("de-en", "en-de"):
+        folder = REPO / "benchmarks/results" / f"tatoeba-{pair}"
+        saved = json.loads((folder / "config.json").read_text())
+        recorded = config_to_dict(config_from_dict(Config, {
+            k: v for k, v in saved.items() if k in ("model", "data", "train", "decode")}))
+        recorded["model"]["vocab_size"] = preset["model"]["vocab_size"]  # set from the data
+        assert preset["model"] == recorded["model"] and preset["data"] == recorded["data"]
+        assert preset["train"] == recorded["train"], pair
+        chosen = json.loads((folder / "results.json").read_text())["alpha_selected_on_val"]
+        assert preset["decode"] == recorded["decode"] | {"length_penalty": chosen}
+
+
 def test_the_wmt14_presets_are_the_papers_recipes():
     from transformer_mt.config import TrainConfig
 
