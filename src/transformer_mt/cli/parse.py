@@ -152,9 +152,10 @@ def tree_constraints(vocab: Vocabulary, *, slots: bool, balanced: bool) -> TreeC
     specials = {vocab.sp.pad_id(), vocab.sp.unk_id(), vocab.sp.bos_id(), vocab.sp.eos_id()}
     texts = [None if i in specials else vocab.sp.id_to_piece(i) for i in range(len(vocab))]
     begins = [t is not None and t.startswith(WORD_BOUNDARY) for t in texts]
-    opens = [b and len(t) > 2 and t[1] == "(" for b, t in zip(begins, texts, strict=True)]
-    closes = [b and len(t) > 2 and t[1] == ")" for b, t in zip(begins, texts, strict=True)]
-    slot = [b and not (o or c) for b, o, c in zip(begins, opens, closes, strict=True)]
+    brackets = [b and is_bracket(t[1:]) for b, t in zip(begins, texts, strict=True)]
+    opens = [b and t[1] == "(" for b, t in zip(brackets, texts, strict=True)]
+    closes = [b and t[1] == ")" for b, t in zip(brackets, texts, strict=True)]
+    slot = [b and not k for b, k in zip(begins, brackets, strict=True)]
     return TreeConstraints(begins_word_V=torch.tensor(begins),
                            is_slot_V=torch.tensor(slot) if slots else None,
                            opens_V=torch.tensor(opens) if balanced else None,

@@ -192,9 +192,9 @@ def restore(tokens: list[str], words: list[str], *, root: str = "S",
             repairs.append(f"empty: dropped ({node.label}")
 
     for token in tokens:
-        if token.startswith("(") and len(token) > 1:
+        if is_bracket(token) and token[0] == "(":
             stack.append(Tree(token[1:]))
-        elif token.startswith(")") and len(token) > 1:
+        elif is_bracket(token):
             if len(stack) == 1:
                 repairs.append(f"unopened: dropped {token}, nothing open")
                 continue
