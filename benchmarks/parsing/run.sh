@@ -7,6 +7,8 @@
 # REVERSE=1 feeds the words last to first, AVERAGE=N parses with the average of the last N
 # checkpoints (§6.1) instead of the last one. The targets' brackets, labels and tags are one
 # piece each (prepare --whole-words corpus/symbols.txt); SPLIT_SYMBOLS=1 lets BPE split them.
+# Writes OUT/{valid,test}.{plain,balanced,last.balanced}.{parsed,log,scores.json}
+# (parse_splits.sh).
 set -euo pipefail
 MINUTES=$1
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
@@ -34,9 +36,10 @@ if [ -n "${AVERAGE:-}" ]; then
   transformer-mt average --run-dir "$OUT/run" --last "$AVERAGE" --out "$OUT/averaged"
   MODEL=$OUT/averaged
 fi
-for split in valid test; do
-  transformer-mt parse trees --model "$MODEL" --input "$OUT/corpus/$split.words" \
-    --output "$OUT/$split.parsed" --slots "${SLOTS:-placeholder}" ${REVERSE:+--reverse}
-  transformer-mt parse score --gold "$OUT/corpus/$split.gold" --test "$OUT/$split.parsed" \
-    --json "$OUT/$split.scores.json"
-done
+# the paper's search; the search constrained to the sentence's words and balanced brackets
+# (not in the paper); with AVERAGE the latter with the last checkpoint too
+export SLOTS REVERSE
+PARSE=$REPO/benchmarks/parsing/parse_splits.sh
+"$PARSE" "$OUT" "$MODEL" plain
+"$PARSE" "$OUT" "$MODEL" balanced --word-slots --balanced
+[ -z "${AVERAGE:-}" ] || "$PARSE" "$OUT" "$OUT/run" last.balanced --word-slots --balanced

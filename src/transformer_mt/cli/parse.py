@@ -75,8 +75,11 @@ def add_parser(sub) -> None:
     add_config_options(t, DecodeConfig, "decode")
     t.set_defaults(run=run_trees, overrides=[])
     s = commands.add_parser("score", help="EVALB's bracket scores of test trees against gold")
-    s.add_argument("--gold", required=True, type=Path)
-    s.add_argument("--test", required=True, type=Path)
+    s.add_argument("--gold", required=True, type=Path,
+                   help="the gold trees, one bracketed tree per line (parse corpus's SPLIT.gold)")
+    s.add_argument("--test", required=True, type=Path,
+                   help="the parses to score, one per line in the gold file's order "
+                        "(parse trees' --output)")
     s.add_argument("--prm", default="collins",
                    help="EVALB's parameters: collins (COLLINS.prm, the default), nk (nk.prm) "
                         "or a .prm file")
