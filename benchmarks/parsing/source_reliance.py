@@ -44,7 +44,6 @@ def main() -> None:
     p.add_argument("--pairs", type=int, default=60, help="how many pairs from the first")
     p.add_argument("--json", type=Path, help="also write the figures as JSON")
     args = p.parse_args()
-    torch.manual_seed(0)
     translator = Translator.from_dir(args.model)
     sources = read_text(args.sources)[: args.pairs]
     targets = read_text(args.targets)[: args.pairs]
