@@ -32,8 +32,10 @@ def decode_parser(doc: str, *, default_dtype: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--data", type=Path, required=True)
     parser.add_argument("--shape", choices=["small", "base"], default="small")
-    parser.add_argument("--dtype", choices=["fp32", "bf16", "int8", "fp32+kv", "int8+kv"],
-                        default=default_dtype, help="+kv: ours with --kv-bf16")
+    parser.add_argument("--dtype", choices=["fp32", "bf16", "auto", "int8", "int8row", "fp32+kv",
+                                            "int8+kv"],
+                        default=default_dtype, help="ours: int8row: --int8 --int8-scales row, "
+                        "auto: --bf16 auto, +kv: --kv-bf16")
     parser.add_argument("--length", type=int, default=30)
     parser.add_argument("--batch-size", type=int, default=64)
     return parser

@@ -29,6 +29,7 @@ from transformer_mt.config import DecodeConfig, ModelConfig, TrainConfig, load_c
 from transformer_mt.data.dataset import ParallelData
 from transformer_mt.hardware.cpu_speed import cpu_model
 from transformer_mt.hardware.malloc import tune_malloc
+from transformer_mt.inference.precision import choose_bf16
 from transformer_mt.inference.quantize import quantize_int8
 from transformer_mt.inference.search import generate
 from transformer_mt.model.attention import attention_kernels
@@ -98,9 +99,15 @@ class Ours:
         self.net = compiled(self.model) if compile else self.model  # train.compile
         self.optimizer = make_optimizer(self.model, self.tcfg)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.tcfg.fp16)
-        # decoding only: translate --int8's inference copy; "+kv": --kv-bf16 as well
-        self.decoder_model = quantize_int8(self.model) if dtype.startswith("int8") else self.model
+        # decoding only: translate --int8's inference copy ("int8row": with --int8-scales row,
+        # as the server decodes); "+kv": --kv-bf16 as well; "auto": --bf16 auto, bf16 where
+        # measured faster for the search and batch size at hand (measured here, untimed)
+        self.decoder_model = self.model if not dtype.startswith("int8") else \
+            quantize_int8(self.model, "row" if dtype.startswith("int8row") else "batch")
         self.kv_bf16 = dtype.endswith("+kv")
+        self.bf16_choices = {beam: choose_bf16(self.model.eval(), self.decode_config(beam, 16),
+                                               self.device)
+                             for beam in (1, 4)} if dtype == "auto" else {}
 
     def train_step(self, src, tgt_in, tgt_out, n_target) -> None:
         for group in self.optimizer.param_groups:
@@ -113,12 +120,16 @@ class Ours:
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
 
+    def decode_config(self, beam: int, length: int) -> DecodeConfig:
+        return DecodeConfig(strategy="beam" if beam > 1 else "greedy", beam_size=beam,
+                            min_length=length, max_length=length, kv_bf16=self.kv_bf16)
+
     def decode(self, src, *, beam: int, length: int) -> None:
         self.model.eval()
-        cfg = DecodeConfig(strategy="beam" if beam > 1 else "greedy", beam_size=beam,
-                           min_length=length, max_length=length, kv_bf16=self.kv_bf16)
-        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.tcfg.bf16):
-            generate(self.decoder_model, src, cfg)
+        bf16 = self.bf16_choices[beam].for_batch(len(src)) if self.bf16_choices else \
+            self.tcfg.bf16
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=bf16):
+            generate(self.decoder_model, src, self.decode_config(beam, length))
 
 
 def marian_config(cfg: ModelConfig):
@@ -355,9 +366,9 @@ class TorchTransformer(nn.Module):
 
 def build(engine: str, cfg: ModelConfig, *, dtype: str, threads: int, device: str = "cpu",
           compile: bool = False):
-    """An engine by name: ours, marian, torch, fairseq (any dtype of fp32/bf16; ours also int8 for
-    decoding, and fp32+kv / int8+kv: with bf16 attention keys and values; `compile`: its
-    training steps compiled as by train.compile), ct2 (fp32/int8; CPU only).
+    """An engine by name: ours, marian, torch, fairseq (any dtype of fp32/bf16; ours also int8,
+    int8row and auto for decoding, and fp32+kv / int8+kv: with bf16 attention keys and values;
+    `compile`: its training steps compiled as by train.compile), ct2 (fp32/int8; CPU only).
     Its `malloc` records whether glibc's mmap/trim thresholds are raised ('tuned': ours unless
     run with TRANSFORMER_MT_MALLOC=default, a peer when run.sh sets MALLOC_MMAP_THRESHOLD_ and
     MALLOC_TRIM_THRESHOLD_) or not ('default')."""

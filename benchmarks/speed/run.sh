@@ -23,7 +23,7 @@ export PYTHONWARNINGS=ignore TRANSFORMERS_VERBOSITY=error
 GIB=1073741824
 IFS=";" read -ra train_specs <<< "${TRAIN_SPECS:-ours fp32;ours bf16;marian fp32;marian bf16;torch fp32;torch bf16;ours fp32 default;ours bf16 default;marian fp32 tuned;marian bf16 tuned;torch fp32 tuned;torch bf16 tuned}"
 # CTranslate2 with each matrix backend (MKL, oneDNN): the comparison takes its faster one
-IFS=";" read -ra decode_specs <<< "${DECODE_SPECS:-ours fp32;ours bf16;ours int8;marian fp32;marian bf16;ct2 fp32 mkl;ct2 fp32 onednn;ct2 int8 mkl;ct2 int8 onednn;torch fp32}"
+IFS=";" read -ra decode_specs <<< "${DECODE_SPECS:-ours fp32;ours bf16;ours auto;ours int8;ours int8row;marian fp32;marian bf16;ct2 fp32 mkl;ct2 fp32 onednn;ct2 int8 mkl;ct2 int8 onednn;torch fp32}"
 for run in $(seq 1 "$RUNS"); do
   for shape in $SHAPES; do
     for spec in "${train_specs[@]}"; do
