@@ -40,7 +40,7 @@ def test_captured_weights_are_the_ones_applied_and_change_nothing(norm_first):
     kinds = {id(layer.self_attn): "encoder" for layer in model.encoder.layers}
     kinds |= {id(layer.self_attn): "decoder" for layer in model.decoder.layers}
     kinds |= {id(layer.cross_attn): "cross" for layer in model.decoder.layers}
-    for module, (x, kv, _mask), out in calls:
+    for module, (x, kv, *_mask_and_queries), out in calls:
         kind = kinds[id(module)]
         w_BHTL = weights[kind][order[kind]]
         order[kind] += 1

@@ -1,3 +1,5 @@
+import copy
+
 import pytest
 import torch
 
@@ -9,7 +11,8 @@ from transformer_mt import (
     Translator,
     save_model,
 )
-from transformer_mt.inference.quantize import Int8Linear, Int8RowLinear
+from transformer_mt.inference.quantize import Int8Linear, Int8RowLinear, quantize_int8
+from transformer_mt.model.attention import MultiHeadAttention
 
 
 def make_translator(vocab):
@@ -84,7 +87,9 @@ def test_int8_decoding_approximates_float_and_leaves_the_model_alone(corpus_voca
     int8 = Translator(model, corpus_vocab, DecodeConfig(int8=True, int8_scales=scales,
                                                         max_length_offset=8))
     quantized = [m for m in int8.model.modules() if isinstance(m, layer)]
-    assert len(quantized) == n_linear == 2 * (4 + 2) + 2 * (8 + 2) + 1  # attention, FFN, output
+    assert n_linear == 2 * (4 + 2) + 2 * (8 + 2) + 1  # attention, FFN, output
+    # per-row scales: each self-attention's W^Q, W^K, W^V stacked into one layer as well
+    assert len(quantized) == n_linear + (4 if scales == "row" else 0)
     assert sum(type(m) is torch.nn.Linear for m in model.modules()) == n_linear  # a copy
     torch.manual_seed(1)
     src, tgt = torch.randint(4, len(corpus_vocab), (3, 9)), torch.randint(4, 100, (3, 7))
@@ -133,6 +138,31 @@ def test_int8_row_scales_make_a_row_independent_of_its_batch():
             assert torch.equal(per_row(x.view(2, 3, 48)), batched.view(2, 3, 100))
             assert ((batched - exact).norm(dim=1) / exact.norm(dim=1)).max() < 0.02
             assert not torch.equal(per_batch(x[:1]), per_batch(x)[:1])
+
+
+def test_stacked_projections_are_exactly_the_three_with_row_scales(corpus_vocab):
+    """stack_qkv: self-attention's W^Q, W^K, W^V in one product. With per-row int8 scales the
+    copy's logits are bitwise those of the same copy projecting separately (w_qkv removed), in
+    the encoder, under teacher forcing and step by step with a cache."""
+    model = make_translator(corpus_vocab).model
+    stacked = quantize_int8(model, "row")
+    separate = copy.deepcopy(stacked)
+    for module in separate.modules():
+        if isinstance(module, MultiHeadAttention):
+            is_cross = any(module is layer.cross_attn for layer in separate.decoder.layers)
+            assert (module.w_qkv is None) == is_cross
+            module.w_qkv = None
+    torch.manual_seed(2)
+    src, tgt = torch.randint(4, len(corpus_vocab), (3, 9)), torch.randint(4, 100, (3, 7))
+    with torch.no_grad():
+        assert torch.equal(stacked(src, tgt), separate(src, tgt))
+        steps = []
+        for m in (stacked, separate):
+            memory = m.encode(src)
+            cache = m.new_cache(memory)
+            steps.append(torch.cat([m.decode(tgt[:, t:t + 1], memory, cache)
+                                    for t in range(tgt.size(1))], dim=1))
+        assert torch.equal(*steps)
 
 
 def test_int8_row_scales_translate_a_sentence_alike_in_any_batch(corpus_vocab):

@@ -36,11 +36,14 @@ class AttentionMaps:
 
 
 def _weights(module: MultiHeadAttention, x_BTD: Tensor, kv: tuple[Tensor, Tensor],
-             mask: Tensor | None) -> Tensor:
-    """(B, H, T, L) the weights `module` applied to queries x and keys kv[0]."""
+             mask: Tensor | None, q_BHTK: Tensor | None = None) -> Tensor:
+    """(B, H, T, L) the weights `module` applied to x's queries (q_BHTK where the caller
+    projected them) and keys kv[0]."""
     B, T, _ = x_BTD.shape
     k_BHLK = kv[0].float()
-    q_BHTK = module.w_q(x_BTD).view(B, T, module.n_heads, module.d_k).transpose(1, 2).float()
+    if q_BHTK is None:
+        q_BHTK = module.w_q(x_BTD).view(B, T, module.n_heads, module.d_k).transpose(1, 2)
+    q_BHTK = q_BHTK.float()
     scores_BHTL = q_BHTK @ k_BHLK.transpose(-2, -1) / math.sqrt(module.d_k)
     if mask is not None:
         scores_BHTL = scores_BHTL.masked_fill(~mask, float("-inf"))

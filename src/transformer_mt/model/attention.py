@@ -191,6 +191,9 @@ class MultiHeadAttention(nn.Module):
         self.w_k = nn.Linear(d_model, n_heads * d_k, bias=bias)
         self.w_v = nn.Linear(d_model, n_heads * d_v, bias=bias)
         self.w_o = nn.Linear(n_heads * d_v, d_model, bias=bias)
+        # Not in the paper: W^Q, W^K and W^V stacked into one layer by an inference copy
+        # (inference/quantize.py), so that self-attention projects in one product; None here
+        self.w_qkv: nn.Module | None = None
 
     def project_kv(self, mem_BLD: Tensor) -> tuple[Tensor, Tensor]:
         """Keys (B, H, L, K) and values (B, H, L, V) of the attended-to sequence."""
@@ -199,14 +202,32 @@ class MultiHeadAttention(nn.Module):
         v_BHLV = self.w_v(mem_BLD).view(B, L, self.n_heads, self.d_v).transpose(1, 2)
         return k_BHLK, v_BHLV
 
-    def forward(self, x_BTD: Tensor, kv: tuple[Tensor, Tensor], mask: Tensor | None) -> Tensor:
+    def project_qkv(self, x_BTD: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Self-attention's queries (B, H, T, K), keys (B, H, T, K) and values (B, H, T, V)
+        of x, in one product where `w_qkv` stacks the three projections."""
+        if self.w_qkv is None:
+            return self._heads(self.w_q(x_BTD), self.d_k), *self.project_kv(x_BTD)
+        HK = self.n_heads * self.d_k
+        q_BTX, k_BTX, v_BTX = self.w_qkv(x_BTD).split([HK, HK, self.n_heads * self.d_v], -1)
+        return self._heads(q_BTX, self.d_k), self._heads(k_BTX, self.d_k), \
+            self._heads(v_BTX, self.d_v)
+
+    def _heads(self, x_BTX: Tensor, d: int) -> Tensor:
+        """(B, T, H * d) -> (B, H, T, d)."""
+        B, T, _ = x_BTX.shape
+        return x_BTX.view(B, T, self.n_heads, d).transpose(1, 2)
+
+    def forward(self, x_BTD: Tensor, kv: tuple[Tensor, Tensor], mask: Tensor | None,
+                q_BHTK: Tensor | None = None) -> Tensor:
         """Attend from x (B, T, D) to projected keys/values `kv` ((B, H, L, K), (B, H, L, V)).
-        mask: True = may attend, broadcastable to (B, H, T, L). Returns (B, T, D). Keys and
-        values kept in another dtype than the queries' (a bf16 decoding cache) set the dtype of
-        eq. (1); W^O gets the queries' dtype back."""
+        mask: True = may attend, broadcastable to (B, H, T, L). q_BHTK: x's queries where
+        already projected (`project_qkv`). Returns (B, T, D). Keys and values kept in another
+        dtype than the queries' (a bf16 decoding cache) set the dtype of eq. (1); W^O gets the
+        queries' dtype back."""
         B, T, _ = x_BTD.shape
         k_BHLK, v_BHLV = kv
-        q_BHTK = self.w_q(x_BTD).view(B, T, self.n_heads, self.d_k).transpose(1, 2)
+        if q_BHTK is None:
+            q_BHTK = self._heads(self.w_q(x_BTD), self.d_k)
         out_BHTV = attention(q_BHTK.to(k_BHLK.dtype), k_BHLK, v_BHLV, mask,  # §3.2.1, eq. (1)
                              dropout_p=self.dropout if self.training else 0.0).to(q_BHTK.dtype)
         return self.w_o(out_BHTV.transpose(1, 2).reshape(B, T, self.n_heads * self.d_v))

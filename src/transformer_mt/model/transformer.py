@@ -148,8 +148,11 @@ class EncoderLayer(nn.Module):
         self.sublayer2 = SublayerConnection(cfg)
 
     def forward(self, x_BSD: Tensor, mask: Tensor) -> Tensor:
-        attend = self.self_attn
-        x_BSD = self.sublayer1(x_BSD, lambda h: attend(h, attend.project_kv(h), mask))
+        def self_attention(h_BSD: Tensor) -> Tensor:
+            q_BHSK, k_BHSK, v_BHSV = self.self_attn.project_qkv(h_BSD)
+            return self.self_attn(h_BSD, (k_BHSK, v_BHSV), mask, q_BHSK)
+
+        x_BSD = self.sublayer1(x_BSD, self_attention)
         return self.sublayer2(x_BSD, self.ff)
 
 
@@ -172,10 +175,10 @@ class DecoderLayer(nn.Module):
         `beams` consecutive rows per source row of cross_kv (beam search)."""
 
         def self_attention(h_BTD: Tensor) -> Tensor:
-            kv = self.self_attn.project_kv(h_BTD)
+            q_BHTK, *kv = self.self_attn.project_qkv(h_BTD)
             if cache is not None:
                 kv = cache.extend(*kv)
-            return self.self_attn(h_BTD, kv, self_mask)
+            return self.self_attn(h_BTD, tuple(kv), self_mask, q_BHTK)
 
         def cross_attention(h_XTD: Tensor) -> Tensor:  # X = B * beams
             # Cross-attention has no mask between queries, so the beams of a sentence can be
