@@ -205,8 +205,9 @@ class MultiHeadAttention(nn.Module):
     def project_qkv(self, x_BTD: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Self-attention's queries (B, H, T, K), keys (B, H, T, K) and values (B, H, T, V)
         of x, in one product where `w_qkv` stacks the three projections."""
-        if self.w_qkv is None:
-            return self._heads(self.w_q(x_BTD), self.d_k), *self.project_kv(x_BTD)
+        if self.w_qkv is None:  # keys and values first: the order that training's gradients
+            k_BHTK, v_BHTV = self.project_kv(x_BTD)  # of x were always summed in
+            return self._heads(self.w_q(x_BTD), self.d_k), k_BHTK, v_BHTV
         HK = self.n_heads * self.d_k
         q_BTX, k_BTX, v_BTX = self.w_qkv(x_BTD).split([HK, HK, self.n_heads * self.d_v], -1)
         return self._heads(q_BTX, self.d_k), self._heads(k_BTX, self.d_k), \
