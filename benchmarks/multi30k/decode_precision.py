@@ -44,8 +44,10 @@ def main() -> None:
     corpus = args.data / "multi30k"
     sentences = read_text(corpus / f"test_2016_flickr.{src}.gz")
     model_dir = resolve_model_dir(args.model)
+    decode = Translator.from_dir(model_dir).decode_cfg  # the model's own settings
     out = {"model": str(model_dir), "test": f"test_2016_flickr {src}->{tgt}, "
-           f"{len(sentences):,} sentences, beam 4, alpha 0.6, batch 64",
+           f"{len(sentences):,} sentences, {decode.strategy} {decode.beam_size}, "
+           f"alpha {decode.length_penalty}, batch 64",
            "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], text=True,
                                     capture_output=True).stdout.strip(),
            "machine": f"{platform.machine()}, {torch.get_num_threads()} threads, "
