@@ -93,8 +93,8 @@ class Int8RowLinear(nn.Module):
         weight = linear.weight.detach().float()
         scale_O = weight.abs().amax(dim=1).clamp_min(1e-30) / 127
         # (in, out), the transpose of the (out, in) int8 weights laid out anew: torch._int_mm
-        # multiplied by a transposed view up to 3x slower (the FFN's W2 at a few rows,
-        # benchmarks/results/int8-kernels)
+        # multiplied by a transposed view up to 2x slower (the FFN's W2 at a few rows,
+        # benchmarks/results/int8-kernels-zen4)
         weight_OI = torch.round(weight / scale_O[:, None]).to(torch.int8)
         self.register_buffer("weight_IO", weight_OI.t().contiguous())
         self.register_buffer("scale_O", scale_O / 127)  # times the input's max|x_row|

@@ -197,10 +197,7 @@ class MultiHeadAttention(nn.Module):
 
     def project_kv(self, mem_BLD: Tensor) -> tuple[Tensor, Tensor]:
         """Keys (B, H, L, K) and values (B, H, L, V) of the attended-to sequence."""
-        B, L, _ = mem_BLD.shape
-        k_BHLK = self.w_k(mem_BLD).view(B, L, self.n_heads, self.d_k).transpose(1, 2)
-        v_BHLV = self.w_v(mem_BLD).view(B, L, self.n_heads, self.d_v).transpose(1, 2)
-        return k_BHLK, v_BHLV
+        return self._heads(self.w_k(mem_BLD), self.d_k), self._heads(self.w_v(mem_BLD), self.d_v)
 
     def project_qkv(self, x_BTD: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Self-attention's queries (B, H, T, K), keys (B, H, T, K) and values (B, H, T, V)
