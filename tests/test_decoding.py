@@ -9,7 +9,12 @@ from hypothesis import strategies as st
 from conftest import random_batch, tiny_model
 from transformer_mt import DecodeConfig, beam_search, greedy_search, sample
 from transformer_mt.inference import search as decoding
-from transformer_mt.inference.search import filter_logits, length_penalty, topk_in_blocks
+from transformer_mt.inference.search import (
+    argmax_in_blocks,
+    filter_logits,
+    length_penalty,
+    topk_in_blocks,
+)
 
 PAD, BOS, EOS, A, B = 0, 2, 3, 4, 5
 
@@ -366,6 +371,21 @@ def test_topk_in_blocks_equals_topk(seed, rows, width, k, block, levels, dead):
     assert torch.equal(values, x.topk(k, dim=1).values)
     assert torch.equal(x.gather(1, indices), values)
     assert all(len(set(row)) == k for row in indices.tolist())
+
+
+@settings(max_examples=200, deadline=None)
+@given(seed=st.integers(0, 2**16), rows=st.sampled_from([1, 3, 16, 40]),
+       width=st.integers(1, 700), block=st.sampled_from([2, 8, 32, 128]),
+       levels=st.sampled_from([3, 1000]), dead=st.floats(0.0, 0.9), nan=st.booleans())
+def test_argmax_in_blocks_equals_argmax(seed, rows, width, block, levels, dead, nan):
+    """The index torch.argmax gives, the first of tied maxima, with -inf (forbidden tokens)
+    and NaN, at every width (a short last block included)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(levels, (rows, width), generator=g).float()
+    x[torch.rand(rows, width, generator=g) < dead] = float("-inf")
+    if nan:
+        x[torch.rand(rows, width, generator=g) < 0.01] = float("nan")
+    assert torch.equal(argmax_in_blocks(x, block), x.argmax(dim=1))
 
 
 def test_beam_search_with_block_candidates_equals_plain_topk(monkeypatch):

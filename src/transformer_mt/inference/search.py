@@ -187,6 +187,28 @@ def topk_in_blocks(x_AX: Tensor, k: int, block: int = 128) -> tuple[Tensor, Tens
     return values_Ak, where_AP.gather(1, pick_Ak)
 
 
+def argmax_in_blocks(x_AX: Tensor, block: int = 128) -> Tensor:
+    """`x_AX.argmax(dim=1)`, ties and NaN included (the first index of the row's maximum), found
+    by the maxima of blocks of `block` consecutive values: the first block holding the row's
+    maximum holds its first index. torch's argmax reads a row value by value; amax is
+    vectorised: greedy search's 64 x 8,000 log-probabilities in a third of the time on the
+    2-core CPU. Rows: 16 or more (below that, argmax is faster)."""
+    A, X = x_AX.shape
+    n_blocks = X // block
+    if n_blocks < 2 or A < 16:
+        return x_AX.argmax(dim=1)
+    whole = n_blocks * block
+    max_AM = x_AX[:, :whole].view(A, n_blocks, block).amax(dim=2)
+    if whole < X:  # the last values, fewer than a block, are one block more
+        max_AM = torch.cat([max_AM, x_AX[:, whole:].amax(dim=1, keepdim=True)], dim=1)
+    first_A1 = max_AM.argmax(dim=1, keepdim=True) * block
+    # the block's indices; a short last block repeats its last index, which argmax never
+    # prefers to the same value earlier
+    where_AP = (first_A1 + torch.arange(block, device=x_AX.device)).clamp_(max=X - 1)
+    pick_A1 = x_AX.gather(1, where_AP).argmax(dim=1, keepdim=True)
+    return where_AP.gather(1, pick_A1).squeeze(1)
+
+
 def _sequential_search(model: DecodingModel, src_BS: Tensor, cfg: DecodeConfig,
                        choose: Callable[[Tensor], Tensor],
                        constraints: TreeConstraints | None = None) -> list[list[Hypothesis]]:
@@ -227,8 +249,7 @@ def _sequential_search(model: DecodingModel, src_BS: Tensor, cfg: DecodeConfig,
 def greedy_search(model: DecodingModel, src_BS: Tensor, cfg: DecodeConfig,
                   constraints: TreeConstraints | None = None) -> list[list[Hypothesis]]:
     """The most probable next token at each step. Returns one hypothesis per sentence."""
-    return _sequential_search(model, src_BS, cfg, lambda logp_BV: logp_BV.argmax(dim=-1),
-                              constraints)
+    return _sequential_search(model, src_BS, cfg, argmax_in_blocks, constraints)
 
 
 @torch.inference_mode()
