@@ -82,6 +82,9 @@ def test_exponent_floats_without_a_dot(tmp_path):
     ("decode.n_best=9", "n_best=9 exceeds beam_size=4"),
     ("decode.beam_stop=never", "'decode.beam_stop' must be one of"),
     ("model", "not of the form"),
+    ("train.compile=cuda_graphs", "set train.shape_buckets"),
+    ("train.compile=graphs", "'train.compile' must be bool or 'cuda_graphs', got 'graphs'"),
+    ("train.shape_buckets=-1", "train.shape_buckets must be >= 0"),
 ])
 def test_bad_overrides_name_the_key(override, message):
     with pytest.raises(ConfigError, match=message):

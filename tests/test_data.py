@@ -4,11 +4,12 @@ import sys
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from transformer_mt.config import DataConfig
-from transformer_mt.data.batching import token_batches
+from transformer_mt.data.batching import ShapeBuckets, token_batches
 from transformer_mt.data.dataset import ParallelData
 from transformer_mt.data.prepare import SplitFiles, prepare
 from transformer_mt.data.text import DataError, read_parallel, split_lines
@@ -133,6 +134,50 @@ def test_token_batches_shuffle_per_epoch_and_small_padding():
     assert [b.tolist() for b in e0] != [b.tolist() for b in e1]
     padded = sum(len(b) * tgt[b].max() for b in e0)
     assert padded < 1.1 * tgt.sum()  # bucketing by length keeps padding small
+
+
+@settings(max_examples=60, deadline=None)
+@given(src=lengths, data=st.data(), max_tokens=st.integers(60, 500), seed=st.integers(0, 99),
+       n=st.integers(1, 6), limit=st.integers(1, 70))
+def test_shape_buckets_few_shapes_within_budget(src, data, max_tokens, seed, n, limit):
+    """train.shape_buckets: every batch padded to a (rows, length) of at most n shapes, the
+    length holding its longest side, rows x length within max_tokens (one sentence beyond
+    when its bucket outgrows the budget alone), each sentence once; lengths are multiples of 8
+    up to the positions' limit."""
+    tgt = data.draw(st.lists(st.integers(1, 60), min_size=len(src), max_size=len(src)))
+    src_l, tgt_l = np.array(src), np.array(tgt)
+    buckets = ShapeBuckets.of(src_l, tgt_l, n=n, max_tokens=max_tokens, limit=limit)
+    assert len(buckets.lengths) <= n and buckets.lengths[-1] >= max(src_l.max(), tgt_l.max())
+    longest = set(np.maximum(src_l, tgt_l).tolist())
+    for x in buckets.lengths.tolist():  # past the limit only a sentence's own length
+        assert x % 8 == 0 and x <= limit or x == limit or x > limit and x in longest
+    batches = token_batches(src_l, tgt_l, max_tokens=max_tokens, seed=seed, epoch=0,
+                            buckets=buckets)
+    shapes = set()
+    for b in batches:
+        rows, length = buckets.shape(int(max(src_l[b].max(), tgt_l[b].max())))
+        assert length >= max(src_l[b].max(), tgt_l[b].max()) and len(b) <= rows
+        assert rows * length <= max_tokens or rows == len(b) == 1
+        shapes.add((rows, length))
+    assert len(shapes) <= n
+    assert sorted(np.concatenate(batches).tolist()) == list(range(len(src)))
+
+
+def test_a_bucketed_batch_is_the_batch_padded(tmp_path):
+    """collate with buckets: the same sentences at the top left, padding (0) everywhere else,
+    all-padding rows below; a batch too many for its bucket is refused."""
+    train = SplitFiles("train", write(tmp_path / "t.en", EN), write(tmp_path / "t.de", DE))
+    prepare(train=train, others=[], out_dir=tmp_path / "out", cfg=DataConfig(vocab_size=120))
+    data = ParallelData(tmp_path / "out", "train")
+    plain = data.collate([0, 1])
+    buckets = ShapeBuckets(np.array([8, 64]), max_tokens=200)
+    padded = data.collate([0, 1], buckets)
+    for a, b in zip(plain, padded, strict=True):
+        B, T = a.shape
+        assert b.shape == (200 // 64, 64) and torch.equal(b[:B, :T], a)
+        assert not b[B:].any() and not b[:, T:].any()
+    with pytest.raises(ValueError, match="exceed max_tokens 200"):
+        data.collate([0, 1, 2, 3], buckets)
 
 
 def test_sentence_over_budget_is_an_error():

@@ -71,7 +71,9 @@ OVERRIDES = ["train.max_tokens=800", "train.warmup_steps=10", "train.lr_scale=0.
 
 
 @pytest.mark.parametrize("precision", ["train.bf16=true", "train.fp16=true", "train.bf16=false",
-                                       "train.bf16=true,train.compile=true"])
+                                       "train.bf16=true,train.compile=true",
+                                       "train.bf16=true,train.compile=cuda_graphs,"
+                                       "train.shape_buckets=4"])
 def test_training_on_cuda_learns_checkpoints_and_resumes(prepared_corpus, tmp_path, precision):
     run = tmp_path / "run"
     options = precision.split(",")

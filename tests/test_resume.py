@@ -109,10 +109,10 @@ class Recorder:
         original = ParallelData.collate
         recorder = self
 
-        def collate(data, indices):
+        def collate(data, indices, buckets=None):
             if data.split == "train":
                 recorder.batches.append(sorted(int(i) for i in indices))
-            return original(data, indices)
+            return original(data, indices, buckets)
 
         monkeypatch.setattr(ParallelData, "collate", collate)
 
@@ -131,11 +131,11 @@ def test_interrupted_runs_see_every_example_once_per_epoch(prepared_corpus, tmp_
     original = ParallelData.collate
     calls = {"n": 0}
 
-    def crashing(data, indices):  # dies after 13 and then 29 batches: mid-epoch, unsaved work
-        calls["n"] += 1
+    def crashing(data, indices, buckets=None):  # dies after 13 and then 29 batches: mid-epoch,
+        calls["n"] += 1  # unsaved work
         if calls["n"] in (14, 14 + 17):
             raise Crash
-        return original(data, indices)
+        return original(data, indices, buckets)
 
     monkeypatch.setattr(ParallelData, "collate", crashing)
     legs = []
@@ -171,6 +171,28 @@ def test_bpe_dropout_run_resumes_byte_identically(prepared_corpus, tmp_path):
     weights = {run: sha256(checkpoint_dirs(tmp_path / run)[-1] / ck.WEIGHTS_FILE)
                for run in ("straight", "cut", "plain")}
     assert weights["straight"] == weights["cut"] != weights["plain"]
+
+
+def test_a_shape_bucketed_run_trains_in_few_shapes_and_resumes_byte_identically(
+        prepared_corpus, tmp_path, monkeypatch):
+    """train.shape_buckets=3: the training batches come in at most 3 shapes, and a run stopped
+    and resumed ends with the bytes of a straight run."""
+    shapes, original = set(), ParallelData.collate
+
+    def collate(data, indices, buckets=None):
+        tensors = original(data, indices, buckets)
+        if data.split == "train":
+            shapes.update(tuple(t.shape) for t in tensors)
+        return tensors
+
+    monkeypatch.setattr(ParallelData, "collate", collate)
+    extra = ("train.shape_buckets=3",)
+    train(config(12, *extra), data_dir=prepared_corpus, run_dir=tmp_path / "straight")
+    assert 1 <= len(shapes) <= 3
+    for steps in (7, 12):
+        train(config(steps, *extra), data_dir=prepared_corpus, run_dir=tmp_path / "cut")
+    assert sha256(checkpoint_dirs(tmp_path / "straight")[-1] / ck.WEIGHTS_FILE) == \
+        sha256(checkpoint_dirs(tmp_path / "cut")[-1] / ck.WEIGHTS_FILE)
 
 
 def test_same_seed_same_bytes_and_translations(prepared_corpus, tmp_path):

@@ -396,6 +396,77 @@ def test_compiled_training_step_equals_eager_across_batch_shapes_without_recompi
     assert torch._dynamo.explain(dropped)(*batch[:2], project=False).graph_break_count == 0
 
 
+def _padded(batch: tuple, rows: int, length: int) -> tuple:
+    """A batch (src, tgt_in, tgt_out) padded with 0 to (rows, length), as collate pads it to a
+    shape bucket."""
+    return tuple(F.pad(t, (0, length - t.size(1), 0, rows - t.size(0))) for t in batch)
+
+
+def _bucket_batches(seed: int) -> list[tuple]:
+    """Two batches of sentences (B, S, T) = (3, 6, 7), (2, 11, 12)."""
+    from conftest import random_batch
+
+    batches = []
+    for i, (B, S, T) in enumerate([(3, 6, 7), (2, 11, 12)]):
+        src = random_batch(seed + i, B, S, lengths=[S] + [max(1, S - 2)] * (B - 1))
+        tgt_out = random_batch(seed + i + 10, B, T, lengths=[max(1, T - 3)] * (B - 1) + [T])
+        batches.append((src, torch.cat([torch.full((B, 1), 2), tgt_out[:, :-1]], dim=1),
+                        tgt_out))
+    return batches
+
+
+def test_a_batch_padded_to_its_shape_bucket_trains_as_the_batch():
+    # train.shape_buckets: padding a batch's lengths and rows (all-padding rows) changes
+    # neither its loss nor any gradient
+    from conftest import tiny_model
+    from transformer_mt.training.step import forward_backward
+
+    model = tiny_model().train()  # no dropout: both passes compute the same function
+    for batch in _bucket_batches(0):
+        n_target = int(batch[2].ne(0).sum())
+        results = []
+        for b in (batch, _padded(batch, 6, 16)):
+            loss = forward_backward(model, [b], scale=1 / n_target, eps=0.1, pad_id=0)
+            results.append((loss, {n: p.grad for n, p in model.named_parameters()}))
+            model.zero_grad(set_to_none=True)
+        (loss, grads), (padded_loss, padded_grads) = results
+        assert padded_loss == pytest.approx(loss, rel=1e-6)
+        for name, grad in grads.items():
+            torch.testing.assert_close(padded_grads[name], grad, atol=1e-7, rtol=1e-5, msg=name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("device", [
+    "cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
+        not torch.cuda.is_available(), reason="needs CUDA")])])
+def test_compiled_step_with_shape_buckets_makes_a_graph_per_shape(device):
+    # train.compile=cuda_graphs with train.shape_buckets: static graphs, one per bucket shape and
+    # none more when shapes come back; each step's loss and gradients are the eager model's. On
+    # a CPU the graphs run without CUDA graphs (torch.compile's "reduce-overhead" skips them);
+    # on a GPU they are replayed as CUDA graphs.
+    from torch._dynamo.utils import counters
+
+    from conftest import tiny_model
+    from transformer_mt.training.step import compiled, forward_backward
+
+    torch._dynamo.reset()
+    counters.clear()
+    eager, model = tiny_model().to(device).train(), tiny_model().to(device).train()
+    net = compiled(model, shapes=2, cuda_graphs=True)
+    shapes = [(6, 8), (4, 16)]
+    for step in range(4):
+        batch = _bucket_batches(step)[step % 2]
+        batch = tuple(t.to(device) for t in _padded(batch, *shapes[step % 2]))
+        n_target = int(batch[2].ne(0).sum())
+        results = [forward_backward(m, [batch], scale=1 / n_target, eps=0.1, pad_id=0)
+                   for m in (eager, net)]
+        assert results[1] == pytest.approx(results[0], rel=1e-5)
+        for (name, p), q in zip(eager.named_parameters(), model.parameters(), strict=True):
+            torch.testing.assert_close(q.grad, p.grad, atol=1e-6, rtol=1e-4, msg=name)
+            p.grad = q.grad = None
+    assert counters["stats"]["unique_graphs"] == 2
+
+
 @settings(max_examples=15, deadline=None)
 @given(eps=st.floats(0.0, 0.3), seed=st.integers(0, 2**16))
 def test_the_output_bias_is_in_the_loss_and_gets_its_gradient(eps, seed):

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # GPU checks for a machine with CUDA, in the order that matters if the device time runs out:
-# base-shape bf16 training throughput, eager vs compiled (train.compile) vs HF Marian, on
+# base-shape bf16 training throughput, eager vs compiled (train.compile) vs compiled into CUDA
+# graphs over 8 shape buckets (train.compile=cuda_graphs, train.shape_buckets=8) vs HF Marian, on
 # 25k-token batches; the CUDA tests (tests/test_gpu.py and the CUDA cases of tests/test_train.py);
 # the same three on 4k-token batches; beam-4 / greedy decoding of ours against HF generate; then
 # the other precisions and the small shape (benchmarks/speed/train_speed.py, decode_speed.py).
@@ -22,12 +23,13 @@ torch.version.cuda, 'transformers', transformers.__version__)"
   git rev-parse --short HEAD 2>/dev/null  # stale on the lent machines: the digest names the code
   (cd benchmarks/speed && python3 -c "from engines import source_digest as d; print('source', d())")
 } | tee "$OUT/machine.txt"
-train_speed() {  # SHAPE DTYPE TOKENS ENGINE [--compile]
+train_speed() {  # SHAPE DTYPE TOKENS ENGINE [--compile [cuda_graphs] --shape-buckets N]
   timeout 300 python3 benchmarks/speed/train_speed.py --data "$DATA" --device cuda \
     --shape "$1" --dtype "$2" --max-tokens "$3" --engine "$4" "${@:5}" --warmup 8 --steps 20 \
     2>>"$OUT/stderr.log" | tee -a "$OUT/train_throughput.jsonl"
 }
 train_speed base bf16 25000 ours
+train_speed base bf16 25000 ours --compile cuda_graphs --shape-buckets 8
 train_speed base bf16 25000 ours --compile
 train_speed base bf16 25000 marian
 timeout 400 python3 -m pytest -q -m gpu tests/test_gpu.py tests/test_train.py \

@@ -92,11 +92,12 @@ class Ours:
     name = "transformer-mt"
 
     def __init__(self, cfg: ModelConfig, *, dtype: str, device: str = "cpu",
-                 compile: bool = False):
+                 compile: bool | str = False, shapes: int = 0):
         self.device = torch.device(device)
         self.model = Transformer(cfg).to(self.device)
         self.tcfg = TrainConfig(bf16=dtype == "bf16", fp16=dtype == "fp16", max_steps=1)
-        self.net = compiled(self.model) if compile else self.model  # train.compile
+        self.net = compiled(self.model, shapes=shapes, cuda_graphs=compile == "cuda_graphs") \
+            if compile else self.model  # train.compile, with train.shape_buckets' count
         self.optimizer = make_optimizer(self.model, self.tcfg)
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.tcfg.fp16)
         # decoding only: translate --int8's inference copy ("int8row": with --int8-scales row,
@@ -365,10 +366,11 @@ class TorchTransformer(nn.Module):
 
 
 def build(engine: str, cfg: ModelConfig, *, dtype: str, threads: int, device: str = "cpu",
-          compile: bool = False):
+          compile: bool | str = False, shapes: int = 0):
     """An engine by name: ours, marian, torch, fairseq (any dtype of fp32/bf16; ours also int8,
     int8row and auto for decoding, and fp32+kv / int8+kv: with bf16 attention keys and values;
-    `compile`: its training steps compiled as by train.compile), ct2 (fp32/int8; CPU only).
+    `compile`: its training steps compiled as by train.compile (True or "cuda_graphs"), for
+    batches in `shapes` shapes (train.shape_buckets; 0: any)), ct2 (fp32/int8; CPU only).
     Its `malloc` records whether glibc's mmap/trim thresholds are raised ('tuned': ours unless
     run with TRANSFORMER_MT_MALLOC=default, a peer when run.sh sets MALLOC_MMAP_THRESHOLD_ and
     MALLOC_TRIM_THRESHOLD_) or not ('default')."""
@@ -380,7 +382,7 @@ def build(engine: str, cfg: ModelConfig, *, dtype: str, threads: int, device: st
     tuned = tune_malloc() if engine == "ours" else all(
         name in os.environ for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"))
     if engine == "ours":
-        built = Ours(cfg, dtype=dtype, device=device, compile=compile)
+        built = Ours(cfg, dtype=dtype, device=device, compile=compile, shapes=shapes)
     elif engine == "marian":
         built = Marian(cfg, bf16=bf16, device=device)
     elif engine == "torch":

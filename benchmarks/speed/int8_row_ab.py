@@ -46,7 +46,7 @@ def main() -> None:
     singles = decoding_batches(data_dir, 1)
     singles = [singles[i] for i in np.linspace(0, n - 1, 30).astype(int)]
     results = {name: {"greedy": [], "beam4": [], "latency_ms": []} for name in variants}
-    for name, model in variants.items():  # warm-up
+    for model in variants.values():  # warm-up
         engine.decoder_model = model
         engine.decode(batches[8], beam=4, length=30)
     for _ in range(int(os.environ.get("ROUNDS", 3))):

@@ -23,7 +23,7 @@ from engines import build, device_name, emit, sync
 from torch.utils.flop_counter import FlopCounterMode
 
 from transformer_mt.config import ModelConfig, load_config
-from transformer_mt.data.batching import token_batches
+from transformer_mt.data.batching import ShapeBuckets, token_batches
 from transformer_mt.data.dataset import ParallelData
 from transformer_mt.hardware.onednn import bound_onednn_caches
 
@@ -86,8 +86,11 @@ def step_parser(doc: str, *, dtypes: list[str], default_dtype: str) -> argparse.
 def main(argv: list[str] | None = None) -> dict:
     parser = step_parser(__doc__, dtypes=["fp32", "bf16", "fp16"], default_dtype="fp32")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--compile", action="store_true",
-                        help="ours: the training step compiled (train.compile)")
+    parser.add_argument("--compile", nargs="?", const="true", choices=["true", "cuda_graphs"],
+                        help="ours: the training step compiled (train.compile; cuda_graphs: "
+                        "replayed as CUDA graphs, with --shape-buckets)")
+    parser.add_argument("--shape-buckets", type=int, default=0,
+                        help="batches padded to this many shapes (train.shape_buckets)")
     parser.add_argument("--vocab-size", type=int, default=8000)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
@@ -98,22 +101,30 @@ def main(argv: list[str] | None = None) -> dict:
     torch.manual_seed(0)
     if args.engine == "ours":
         bound_onednn_caches()  # as `train` does
-    engine = build(args.engine, cfg.model, dtype=args.dtype, threads=torch.get_num_threads(),
-                   device=args.device, compile=args.compile)
+    compile = {None: False, "true": True}.get(args.compile, args.compile)
     data = ParallelData(args.data, "train")
+    buckets = ShapeBuckets.of(data.src_lengths, data.tgt_lengths, n=args.shape_buckets,
+                              max_tokens=args.max_tokens, limit=cfg.model.max_positions) \
+        if args.shape_buckets else None
+    engine = build(args.engine, cfg.model, dtype=args.dtype, threads=torch.get_num_threads(),
+                   device=args.device, compile=compile,
+                   shapes=len(buckets.lengths) if buckets else 0)
     batches = token_batches(data.src_lengths, data.tgt_lengths, max_tokens=args.max_tokens,
-                            seed=1, epoch=0)[: args.warmup + args.steps]
+                            seed=1, epoch=0, buckets=buckets)[: args.warmup + args.steps]
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    times, tokens, shapes, faults = [], [], [], 0
+    times, tokens, shapes, faults, compiled_shapes = [], [], [], 0, set()
     for i, batch in enumerate(batches):
-        tensors = tuple(t.to(device) for t in data.collate(batch))
+        tensors = tuple(t.to(device) for t in data.collate(batch, buckets))
         n_target = int(data.tgt_lengths[batch].sum())
         sync(device)
         start, faults_before = time.perf_counter(), minor_faults()
         engine.train_step(*tensors, n_target)
         sync(device)
-        if i >= args.warmup:
+        # compiled graphs per shape (buckets): a shape's first step compiles, untimed
+        new_graph = compile and buckets and tensors[0].shape not in compiled_shapes
+        compiled_shapes.add(tensors[0].shape)
+        if i >= args.warmup and not new_graph:
             times.append(time.perf_counter() - start)
             faults += minor_faults() - faults_before
             tokens.append(n_target)
@@ -125,7 +136,7 @@ def main(argv: list[str] | None = None) -> dict:
     achieved = sum(flops) / sum(times)
     result = {
         "engine": engine.name, "shape": args.shape, "dtype": args.dtype,
-        "compile": args.compile, "malloc": engine.malloc,
+        "compile": compile, "shape_buckets": args.shape_buckets, "malloc": engine.malloc,
         "device": device_name(device),
         "threads": torch.get_num_threads(), "torch": torch.__version__,
         "max_tokens": args.max_tokens, "timed_steps": len(times),

@@ -283,8 +283,14 @@ class TrainConfig:
     fp16: bool = False  # float16 autocast with a dynamic loss scale (GPU); not in the paper
     # Not in the paper: the model's forward and backward compiled by torch.compile (Inductor,
     # shapes symbolic, so that token-budget batches of any shape share one compiled graph); the
-    # first steps take a minute or more to compile.
-    compile: bool = False
+    # first steps take a minute or more to compile. With train.shape_buckets, a graph per shape
+    # instead; "cuda_graphs": those graphs replayed as CUDA graphs (torch.compile's
+    # "reduce-overhead"), for GPU steps bound by kernel launches; needs train.shape_buckets.
+    compile: bool | Literal["cuda_graphs"] = False
+    # Not in the paper: every batch padded to one of at most this many shapes (lengths at
+    # quantiles of the data, rows to max_tokens; data/batching.ShapeBuckets), so that
+    # train.compile makes a graph per shape; 0: batches as long as their longest sentence.
+    shape_buckets: int = 0
     device: str = "auto"  # auto: cuda if available, else cpu; or cpu, cuda, cuda:1, ...
     max_steps: int = 100_000  # §5.2: 100k steps for base
     max_epochs: int = 0  # 0: no limit
@@ -307,6 +313,11 @@ class TrainConfig:
                         "log_every", "valid_every", "save_every", "keep_last", "max_nonfinite")
         if self.bf16 and self.fp16:
             raise ValueError("train.bf16 and train.fp16 are exclusive: pick one")
+        if self.shape_buckets < 0:
+            raise ValueError(f"train.shape_buckets must be >= 0, got {self.shape_buckets}")
+        if self.compile == "cuda_graphs" and not self.shape_buckets:
+            raise ValueError("train.compile=cuda_graphs replays a graph per batch shape: set "
+                             "train.shape_buckets (e.g. 8) so that batches come in a few shapes")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ValueError(f"train.label_smoothing must be in [0, 1), got {self.label_smoothing}")
         if not 0.0 <= self.bpe_dropout < 1.0:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .batching import ShapeBuckets
 from .prepare import SIDES, load_meta, pack
 from .text import DataError, read_bytes, split_lines
 from .vocab import BOS_ID, EOS_ID, PAD_ID, Vocabulary
@@ -45,13 +46,21 @@ class ParallelData:
     def ids(self, side: str, i: int) -> np.ndarray:
         return self.tokens[side][self.offsets[side][i] : self.offsets[side][i + 1]]
 
-    def collate(self, indices) -> tuple:
-        """Padded tensors for sentences `indices`: src (B, S), tgt_in (B, T), tgt_out (B, T)."""
+    def collate(self, indices, buckets: ShapeBuckets | None = None) -> tuple:
+        """Padded tensors for sentences `indices`: src (B, S), tgt_in (B, T), tgt_out (B, T).
+        With `buckets`, both sides padded to the batch's bucket length and the rows to its row
+        count (all-padding rows after the sentences)."""
         import torch
 
         B = len(indices)
         S = int(self.src_lengths[indices].max())
         T = int(self.tgt_lengths[indices].max())
+        if buckets is not None:
+            rows, S = buckets.shape(max(S, T))
+            if rows < B:
+                raise ValueError(f"{B} sentences of up to {S} tokens exceed max_tokens "
+                                 f"{buckets.max_tokens}: batch them with the same buckets")
+            B, T = rows, S
         pad, bos, eos = self.pad_id, self.bos_id, self.eos_id
         src = np.full((B, S), pad, dtype=np.int64)
         tgt_in = np.full((B, T), pad, dtype=np.int64)

@@ -21,7 +21,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from ..config import Config, ConfigError, TrainConfig, config_to_dict
-from ..data.batching import token_batches
+from ..data.batching import ShapeBuckets, token_batches
 from ..data.dataset import ParallelData
 from ..data.prepare import load_meta, load_vocab
 from ..data.vocab import Vocabulary
@@ -264,6 +264,7 @@ class Run:
     valid_data: ParallelData | None
     model: Transformer
     net: nn.Module  # the model as the steps run it: DDP-wrapped, compiled
+    buckets: ShapeBuckets | None  # train.shape_buckets' shapes of the training batches
     optimizer: torch.optim.Adam
     scaler: torch.amp.GradScaler
     state: dict
@@ -323,8 +324,16 @@ class Run:
             log.info("starting from the weights of %s", init_from)
         net = model if world.size == 1 else DistributedDataParallel(
             model, device_ids=[device.index] if device.type == "cuda" else None)
+        buckets = ShapeBuckets.of(train_data.src_lengths, train_data.tgt_lengths,
+                                  n=tcfg.shape_buckets, max_tokens=tcfg.max_tokens,
+                                  limit=cfg.model.max_positions) if tcfg.shape_buckets else None
         if tcfg.compile:
-            net = compiled(net)
+            cuda_graphs = tcfg.compile == "cuda_graphs"
+            if cuda_graphs and device.type != "cuda" and world.is_main:
+                log.warning("train.compile=cuda_graphs: CUDA graphs need a GPU; on %s the "
+                            "steps run as compiled graphs without them", device)
+            net = compiled(net, shapes=len(buckets.lengths) if buckets else 0,
+                           cuda_graphs=cuda_graphs)
         model.train()
         resumed = state["step"] if latest is not None else None
         metrics = MetricsLog(run_dir, resume_step=resumed, enabled=world.is_main)
@@ -333,7 +342,8 @@ class Run:
         progress = Progress(start=state["step"], total=tcfg.max_steps, enabled=world.is_main)
         return cls(cfg=cfg, tcfg=tcfg, world=world, device=device, run_dir=run_dir,
                    data_dir=data_dir, config=config, vocab=vocab, train_data=train_data,
-                   valid_data=valid_data, model=model, net=net, optimizer=optimizer,
+                   valid_data=valid_data, model=model, net=net, buckets=buckets,
+                   optimizer=optimizer,
                    scaler=scaler, state=state, metrics=metrics, progress=progress,
                    saved_step=resumed)
 
@@ -346,7 +356,8 @@ class Run:
             data = data.resegmented(self.vocab, dropout=self.tcfg.bpe_dropout, seed=int(seed))
         return data, token_batches(data.src_lengths, data.tgt_lengths,
                                    max_tokens=self.tcfg.max_tokens,
-                                   seed=state["shuffle_seed"], epoch=state["epoch"])
+                                   seed=state["shuffle_seed"], epoch=state["epoch"],
+                                   buckets=self.buckets)
 
     def update(self, data: ParallelData, group: list[np.ndarray], lr: float
                ) -> tuple[int, float, float, bool, str | None]:
@@ -360,7 +371,8 @@ class Run:
         # this rank's share; a rank left without one (end of epoch) adds zero gradient
         mine = group[world.rank :: world.size]
         scale = world.size / n_target if mine else 0.0
-        tensors = [tuple(t.to(self.device, non_blocking=True) for t in data.collate(b))
+        tensors = [tuple(t.to(self.device, non_blocking=True)
+                         for t in data.collate(b, self.buckets))
                    for b in (mine or group[:1])]
         with precision(tcfg, self.device):
             loss_local, nll_local = forward_backward(

@@ -21,11 +21,18 @@ def make_optimizer(model: nn.Module, tcfg: TrainConfig) -> torch.optim.Adam:
                             eps=tcfg.adam_eps, fused=True)
 
 
-def compiled(model: nn.Module) -> nn.Module:
+def compiled(model: nn.Module, *, shapes: int = 0, cuda_graphs: bool = False) -> nn.Module:
     """`model` compiled by torch.compile for training steps; it shares its parameters, and its
-    attributes read through. Shapes are symbolic from the start (dynamic=True): token-budget
-    batches differ in every dimension, and a graph per shape would recompile all the time."""
-    return torch.compile(model, dynamic=True)
+    attributes read through. Without `shapes`, shapes are symbolic from the start
+    (dynamic=True): token-budget batches differ in every dimension, and a graph per shape would
+    recompile all the time. With `shapes` (train.shape_buckets: batches come in at most that
+    many shapes), a graph per shape, static; cuda_graphs: replayed as CUDA graphs ("reduce-
+    overhead": one launch a graph instead of one a kernel; on a CPU, plain compiled graphs)."""
+    if not shapes:
+        return torch.compile(model, dynamic=True)
+    # a recompile per shape; +1 for a length past the last bucket (BPE-dropout)
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, shapes + 1)
+    return torch.compile(model, dynamic=False, mode="reduce-overhead" if cuda_graphs else None)
 
 
 def forward_backward(model: nn.Module, batches: list[tuple[Tensor, Tensor, Tensor]], *,
