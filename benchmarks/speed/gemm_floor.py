@@ -20,10 +20,9 @@ from pathlib import Path
 import torch
 from engines import build, emit
 from torch.utils._python_dispatch import TorchDispatchMode
-from train_speed import SHAPES, step_parser
+from train_speed import SHAPES, step_parser, training_batches
 
 from transformer_mt.config import load_config
-from transformer_mt.data.batching import token_batches
 from transformer_mt.data.dataset import ParallelData
 
 aten = torch.ops.aten
@@ -75,13 +74,10 @@ def main(argv: list[str] | None = None) -> dict:
     torch.manual_seed(0)
     engine = build(args.engine, cfg.model, dtype=args.dtype, threads=torch.get_num_threads())
     data = ParallelData(args.data, "train")
-    batches = token_batches(data.src_lengths, data.tgt_lengths, max_tokens=args.max_tokens,
-                            seed=1, epoch=0)[: args.warmup + args.steps]
+    batches = training_batches(data, max_tokens=args.max_tokens, n=args.warmup + args.steps)
     step_times, floor_times, tokens, op_seconds = [], [], [], Counter()
     unrecorded = set()
-    for i, batch in enumerate(batches):
-        tensors = data.collate(batch)
-        n_target = int(data.tgt_lengths[batch].sum())
+    for i, (*tensors, n_target) in enumerate(batches):
         start = time.perf_counter()
         engine.train_step(*tensors, n_target)
         elapsed = time.perf_counter() - start

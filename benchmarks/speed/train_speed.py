@@ -20,9 +20,10 @@ from pathlib import Path
 
 import torch
 from engines import build, device_name, emit, sync
+from torch import Tensor
 from torch.utils.flop_counter import FlopCounterMode
 
-from transformer_mt.config import ModelConfig, load_config
+from transformer_mt.config import Config, ModelConfig, load_config
 from transformer_mt.data.batching import ShapeBuckets, token_batches
 from transformer_mt.data.dataset import ParallelData
 from transformer_mt.hardware.onednn import bound_onednn_caches
@@ -64,6 +65,25 @@ def step_flops(cfg: ModelConfig, batch_shapes: list[tuple[int, int, int]]) -> li
     return out
 
 
+def training_config(shape: str, dtype: str, vocab_size: int = 8000) -> Config:
+    """The training benchmarks' configuration: preset `shape` with an 8k vocabulary."""
+    return load_config(SHAPES[shape], [f"model.vocab_size={vocab_size}",
+                                       f"train.bf16={dtype == 'bf16'}",
+                                       f"train.fp16={dtype == 'fp16'}"])
+
+
+def training_batches(data: ParallelData, *, max_tokens: int, n: int,
+                     buckets: ShapeBuckets | None = None
+                     ) -> list[tuple[Tensor, Tensor, Tensor, int]]:
+    """The first n batches of the training set's first epoch (seed 1), collated, each with its
+    number of target tokens: (src, tgt_in, tgt_out, n_target), the batches every training
+    benchmark times."""
+    batches = token_batches(data.src_lengths, data.tgt_lengths, max_tokens=max_tokens, seed=1,
+                            epoch=0, buckets=buckets)[:n]
+    return [(*data.collate(batch, buckets), int(data.tgt_lengths[batch].sum()))
+            for batch in batches]
+
+
 def minor_faults() -> int:
     """Page faults of this process so far that needed no disk: a freshly mapped page touched."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -95,9 +115,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     device = torch.device(args.device)
-    cfg = load_config(SHAPES[args.shape], [f"model.vocab_size={args.vocab_size}",
-                                           f"train.bf16={args.dtype == 'bf16'}",
-                                           f"train.fp16={args.dtype == 'fp16'}"])
+    cfg = training_config(args.shape, args.dtype, args.vocab_size)
     torch.manual_seed(0)
     if args.engine == "ours":
         bound_onednn_caches()  # as `train` does
@@ -109,14 +127,13 @@ def main(argv: list[str] | None = None) -> dict:
     engine = build(args.engine, cfg.model, dtype=args.dtype, threads=torch.get_num_threads(),
                    device=args.device, compile=compile,
                    shapes=len(buckets.lengths) if buckets else 0)
-    batches = token_batches(data.src_lengths, data.tgt_lengths, max_tokens=args.max_tokens,
-                            seed=1, epoch=0, buckets=buckets)[: args.warmup + args.steps]
+    batches = training_batches(data, max_tokens=args.max_tokens, n=args.warmup + args.steps,
+                               buckets=buckets)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     times, tokens, shapes, faults, compiled_shapes = [], [], [], 0, set()
-    for i, batch in enumerate(batches):
-        tensors = tuple(t.to(device) for t in data.collate(batch, buckets))
-        n_target = int(data.tgt_lengths[batch].sum())
+    for i, (*cpu_tensors, n_target) in enumerate(batches):
+        tensors = tuple(t.to(device) for t in cpu_tensors)
         sync(device)
         start, faults_before = time.perf_counter(), minor_faults()
         engine.train_step(*tensors, n_target)
