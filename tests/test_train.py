@@ -361,9 +361,12 @@ def test_optimizer_is_the_papers_adam_written_out():
         torch.testing.assert_close(param.detach(), expected, atol=1e-6, rtol=1e-5)
 
 
-@pytest.mark.parametrize("device", [
-    "cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
-        not torch.cuda.is_available(), reason="needs CUDA")])])
+# the CPU always; a GPU where there is one (marked gpu)
+CPU_AND_CUDA = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs CUDA")])]
+
+
+@pytest.mark.parametrize("device", CPU_AND_CUDA)
 def test_compiled_training_step_equals_eager_across_batch_shapes_without_recompiling(device):
     # train.compile: the compiled forward and backward give the eager model's loss and gradients
     # on batches of three different shapes (no dropout), and the later shapes reuse the first
@@ -436,9 +439,7 @@ def test_a_batch_padded_to_its_shape_bucket_trains_as_the_batch():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("device", [
-    "cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
-        not torch.cuda.is_available(), reason="needs CUDA")])])
+@pytest.mark.parametrize("device", CPU_AND_CUDA)
 def test_compiled_step_with_shape_buckets_makes_a_graph_per_shape(device):
     # train.compile=cuda_graphs with train.shape_buckets: static graphs, one per bucket shape and
     # none more when shapes come back; each step's loss and gradients are the eager model's. On
