@@ -18,6 +18,7 @@ from ..inference.attention_view import (
     save_npz,
 )
 from ..inference.translator import Translator
+from ..storage.files import atomic_dir
 from ..training.checkpoint import resolve_model_dir
 
 
@@ -64,28 +65,29 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--head {args.head}: the layers have heads 0 .. "
                          f"{model.cfg.n_heads - 1}")
     src_ids = translator.encode_source(args.source, 0)
+    if len(src_ids) == 1:
+        raise ValueError("--source is empty: give a sentence to translate")
     out_ids = vocab.encode_target(args.target) if args.target is not None else \
         list(translator.translate_nbest([args.source])[0][0].tokens)
     tgt_in = [model.cfg.bos_id, *out_ids]
     _, maps = attention_maps(model, torch.tensor([src_ids]), torch.tensor([tgt_in]))
     view = SentenceAttention.of(maps, [vocab.piece(i) for i in src_ids],
                                 [vocab.piece(i, "target") for i in tgt_in])
-    args.out.mkdir(parents=True, exist_ok=True)
-    written = [save_npz(view, args.out / "attention.npz"),
-               save_bertviz(view, args.out / "bertviz.json")]
-    if args.words:
-        view = view.words({vocab.piece(i) for i in (model.cfg.bos_id, model.cfg.eos_id)})
-    written += [draw_grid(view, kind, args.out / f"{kind}.{args.format}") for kind in KINDS]
-    written.append(draw_html(view, args.out / "attention.html"))
-    if args.from_word:
-        query = source_index(view.source, args.from_word)
-        written.append(draw_from(view, query, layer, args.out / f"from-{query}.{args.format}"))
-    if args.head is not None:
-        written.append(draw_head(view, layer, args.head,
-                                 args.out / f"head-{layer}-{args.head}.{args.format}"))
+    with atomic_dir(args.out) as tmp:  # the files appear together, once all are drawn
+        written = [save_npz(view, tmp / "attention.npz"), save_bertviz(view, tmp / "bertviz.json")]
+        if args.words:
+            view = view.words({vocab.piece(i) for i in (model.cfg.bos_id, model.cfg.eos_id)})
+        written += [draw_grid(view, kind, tmp / f"{kind}.{args.format}") for kind in KINDS]
+        written.append(draw_html(view, tmp / "attention.html"))
+        if args.from_word:
+            query = source_index(view.source, args.from_word)
+            written.append(draw_from(view, query, layer, tmp / f"from-{query}.{args.format}"))
+        if args.head is not None:
+            written.append(draw_head(view, layer, args.head,
+                                     tmp / f"head-{layer}-{args.head}.{args.format}"))
     print(f"translation: {vocab.decode(out_ids)}")
     for path in written:
-        print(path)
+        print(args.out / path.name)
     return 0
 
 

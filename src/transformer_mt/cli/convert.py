@@ -10,6 +10,7 @@ from pathlib import Path
 from ..interop.ct2 import QUANTIZATIONS, export_ctranslate2
 from ..interop.fairseq import import_fairseq
 from ..interop.marian import export_marian, import_marian
+from ..storage.files import atomic_dir
 
 IMPORTERS = {"marian": import_marian, "fairseq": import_fairseq}
 EXPORTERS = {"marian": export_marian, "ctranslate2": export_ctranslate2}
@@ -58,6 +59,7 @@ def run(args: argparse.Namespace, converters: dict[str, Callable[..., Path]]) ->
         if args.format != "ctranslate2":
             raise ValueError(f"--quantization applies to ctranslate2, not {args.format}")
         options["quantization"] = args.quantization
-    out = converters[args.format](args.source, args.out, **options)
-    print(f"{args.command} {args.format}: {args.source} -> {out}")
+    with atomic_dir(args.out) as tmp:  # a failed conversion leaves --out as it was
+        converters[args.format](args.source, tmp, **options)
+    print(f"{args.command} {args.format}: {args.source} -> {args.out}")
     return 0

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from ..evaluation.bleu import evaluate_files
+from ..storage.files import atomic_write_text
 
 
 def add_parser(sub) -> None:
@@ -50,6 +51,5 @@ def run(args: argparse.Namespace) -> int:
                             bootstrap_samples=args.bootstrap_samples)
     print("\n".join(scores.lines()))
     if args.json:
-        args.json.write_text(json.dumps(dataclasses.asdict(scores), indent=2) + "\n",
-                             encoding="utf-8")
+        atomic_write_text(args.json, json.dumps(dataclasses.asdict(scores), indent=2) + "\n")
     return 0

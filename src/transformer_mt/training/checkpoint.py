@@ -27,7 +27,7 @@ from safetensors.torch import save_file
 
 from ..data.vocab import copy_vocabulary, vocabulary_files
 from ..model.transformer import Transformer
-from ..storage.files import fsync_path, sha256_file
+from ..storage.files import atomic_dir, fsync_path, sha256_file
 from ..storage.model_dir import (
     CONFIG_FILE,
     WEIGHTS_FILE,
@@ -237,14 +237,13 @@ def average_checkpoints(paths: list[Path], out_dir: Path) -> Path:
         for name, tensor in state.items():
             total[name] = total.get(name, 0) + tensor.double()
     averaged = {name: (t / len(paths)).float() for name, t in total.items()}
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    save_file(averaged, str(out_dir / WEIGHTS_FILE), metadata={"format": "pt"})
     config = json.loads((paths[-1] / CONFIG_FILE).read_text(encoding="utf-8"))
     config["averaged_from"] = [p.name for p in paths]
-    (out_dir / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-    copy_vocabulary(paths[-1], out_dir)
-    return out_dir
+    with atomic_dir(out_dir) as tmp:
+        save_file(averaged, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
+        (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+        copy_vocabulary(paths[-1], tmp)
+    return Path(out_dir)
 
 
 def resolve_model_dir(path: Path) -> Path:
