@@ -35,11 +35,18 @@ def test_batched_translation_keeps_order_and_equals_one_by_one(corpus_vocab):
     translator = make_translator(corpus_vocab)
     translator.decode_cfg = DecodeConfig(batch_size=2, max_length_offset=8)
     batched = translator.translate_nbest(SENTENCES)
+    assert_alike_alone(translator, batched)
+    assert translator.translate(SENTENCES) == [r[0].text if r else "" for r in batched]
+
+
+def assert_alike_alone(translator, batched):
+    """Each sentence's n-best in the batch is its n-best alone; the empty one has none (not
+    decoded: its translation is "")."""
     for sentence, result in zip(SENTENCES, batched, strict=True):
         alone = translator.translate_nbest([sentence])[0]
-        assert result[0].text == alone[0].text
-        assert result[0].score == pytest.approx(alone[0].score, abs=1e-4)
-    assert translator.translate(SENTENCES) == [r[0].text for r in batched]
+        assert [t.text for t in result] == [t.text for t in alone]
+        assert [t.score for t in result] == pytest.approx([t.score for t in alone], abs=1e-4)
+        assert bool(result) == bool(sentence)
 
 
 def test_progress_counts_sentences_after_each_batch(corpus_vocab):
@@ -47,7 +54,7 @@ def test_progress_counts_sentences_after_each_batch(corpus_vocab):
     translator.decode_cfg = DecodeConfig(batch_size=2, max_length_offset=4)
     done = []
     results = translator.translate_nbest(SENTENCES, progress=done.append)
-    assert done == [2, 4, 5] and len(results) == len(SENTENCES)
+    assert done == [3, 5] and len(results) == len(SENTENCES)  # the empty one: done at once
 
 
 def test_from_dir_round_trip(tmp_path, corpus_vocab):
@@ -169,11 +176,7 @@ def test_int8_row_scales_translate_a_sentence_alike_in_any_batch(corpus_vocab):
     int8 = Translator(make_translator(corpus_vocab).model, corpus_vocab,
                       DecodeConfig(int8=True, int8_scales="row", batch_size=5,
                                    max_length_offset=8))
-    batched = int8.translate_nbest(SENTENCES)
-    for sentence, result in zip(SENTENCES, batched, strict=True):
-        alone = int8.translate_nbest([sentence])[0]
-        assert result[0].text == alone[0].text
-        assert result[0].score == pytest.approx(alone[0].score, abs=1e-4)
+    assert_alike_alone(int8, int8.translate_nbest(SENTENCES))
 
 
 def test_int8_is_cpu_only_and_not_with_bf16(corpus_vocab):
@@ -262,16 +265,17 @@ def test_bf16_auto_decodes_each_batch_in_the_precision_measured_faster(corpus_vo
     monkeypatch.setattr(translator, "_precision", lambda cfg, batch=None: (
         chosen.append((batch, translator.bf16_for(cfg, batch or cfg.batch_size))),
         original(cfg, batch))[1])
-    auto = translator.translate(SENTENCES * 2)  # 10 sentences: a batch of 8, then 2
+    ten = ([s for s in SENTENCES if s] * 3)[:10]
+    auto = translator.translate(ten)  # 10 sentences: a batch of 8, then 2
     assert chosen == [(8, True), (2, False)]
     explicit = []
     for cfg, batch in ((DecodeConfig(batch_size=8, bf16=True, max_length_offset=6), 8),
                        (DecodeConfig(batch_size=8, bf16=False, max_length_offset=6), 2)):
         translator.decode_cfg = cfg
         order = sorted(range(10), key=lambda i: len(translator.encode_source(
-            (SENTENCES * 2)[i], i)))
+            (ten)[i], i)))
         part = order[:8] if batch == 8 else order[8:]
-        texts = translator.translate([(SENTENCES * 2)[i] for i in part])
+        texts = translator.translate([(ten)[i] for i in part])
         explicit += list(zip(part, texts, strict=True))
     assert [auto[i] for i, _ in explicit] == [t for _, t in explicit]
 

@@ -35,6 +35,7 @@ from transformer_mt import Translator  # noqa: E402
 from transformer_mt.evaluation.bleu import read_text, sacrebleu_scores  # noqa: E402
 from transformer_mt.hardware.malloc import tune_malloc  # noqa: E402
 from transformer_mt.inference.search import max_output_lengths  # noqa: E402
+from transformer_mt.inference.translator import best_text  # noqa: E402
 from transformer_mt.interop.ct2 import CTranslate2Translator, export_ctranslate2  # noqa: E402
 
 
@@ -68,7 +69,7 @@ def measure(engine: str, model: Path, exports: Path, sentences: list[str]) -> di
     if engine == "ctranslate2-native-fp32":
         seconds, out = timed(lambda: native(translator, sources, cfg))
     else:
-        seconds, out = timed(lambda: [n[0].text for n in translator.translate_ids(sources, cfg)])
+        seconds, out = timed(lambda: [best_text(n) for n in translator.translate_ids(sources, cfg)])
     return {"sentences_per_s": len(sources) / seconds, "outputs": out}
 
 

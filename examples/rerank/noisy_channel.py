@@ -83,7 +83,7 @@ def rerank(nbests: list[list[dict]], *, norm: str, alpha: float, lam: float) -> 
         lp = ((5 + c["length"]) / 6) ** alpha
         n = c["source_length"] if norm == "norm" else lp
         return c["log_prob"] / lp + lam * c["channel"] / n
-    return [max(nbest, key=score)["text"] for nbest in nbests]
+    return [max(nbest, key=score)["text"] if nbest else "" for nbest in nbests]  # "": blank
 
 
 def main() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
 import time
@@ -20,7 +21,8 @@ from ..inference.alignment import (
     hard_alignment,
     word_pairs,
 )
-from ..inference.translator import SourceTooLong
+from ..inference.translator import SourceTooLong, best_text
+from ..storage.files import atomic_output
 from ..training.progress import Progress
 from .options import (
     add_config_options,
@@ -45,7 +47,10 @@ def add_parser(sub) -> None:
                     "can also be given as --decode.key=value.")
     add_model_options(p)
     p.add_argument("--input", type=Path, help="source file, one sentence per line")
-    p.add_argument("--output", type=Path, help="where to write translations")
+    p.add_argument("--output", type=Path,
+                   help="where to write translations (default stdout); written to a temporary "
+                        "file beside it and renamed when complete, so a failure leaves an "
+                        "existing file as it was")
     p.add_argument("--print-alignment", nargs="?", const="hard", choices=("hard", "soft"),
                    help="write fairseq's H-/A- lines: 'H-i<TAB>score<TAB>text', then "
                         "'A-i<TAB>...' from encoder-decoder attention, EOS left out: hard "
@@ -95,11 +100,10 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError("--alignment-words: word alignments are hard ones")
     log.info("translating with %s (%s)", ", ".join(str(d) for d in model_dirs), args.engine)
     with_scores = "n_best" in overrides
-    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
     progress = Progress(unit="sentence", enabled=sys.stderr.isatty())
     done, too_long, start = 0, 0, time.perf_counter()
-    try:
-        lines = iter_lines(args.input)
+    lines = iter_lines(args.input)
+    with atomic_output(args.output) as out, contextlib.closing(progress):
         for sentences in iter(lambda: list(islice(lines, args.chunk)), []):
             sources, cut = encode(translator, sentences, done, args.too_long)
             too_long += cut
@@ -107,12 +111,14 @@ def run(args: argparse.Namespace) -> int:
             found = translator.translate_ids(
                 [sources[i] for i in kept], translator.decode_cfg,
                 progress=lambda n, first=done: progress.update(first + n))
-            results: list[list] = [[] for _ in sentences]  # a skipped sentence: no output
+            # a skipped sentence, an empty or a blank one: no n-best, an empty line
+            results: list[list] = [[] for _ in sentences]
             for i, nbest in zip(kept, found, strict=True):
                 results[i] = nbest
             if args.print_alignment:
-                weights = dict(zip(kept, translator.alignments(
-                    [sources[i] for i in kept], [results[i][0] for i in kept], choice),
+                aligned = [i for i, nbest in enumerate(results) if nbest]
+                weights = dict(zip(aligned, translator.alignments(
+                    [sources[i] for i in aligned], [results[i][0] for i in aligned], choice),
                     strict=True))
             for i, nbest in enumerate(results):
                 n = done + i
@@ -122,16 +128,12 @@ def run(args: argparse.Namespace) -> int:
                 elif args.print_alignment or with_scores:
                     out.writelines(f"{n}\t{t.score:.4f}\t{t.text}\n" for t in nbest)
                 else:
-                    out.write(f"{nbest[0].text if nbest else ''}\n")
+                    out.write(f"{best_text(nbest)}\n")
             out.flush()
             done += len(sentences)
             seconds = time.perf_counter() - start
             log.info("translated %d sentences in %.1f s (%.1f sentences/s)", done, seconds,
                      done / max(seconds, 1e-9))
-    finally:
-        progress.close()
-        if out is not sys.stdout:
-            out.close()
     if too_long:
         what = "cut to the model's length" if args.too_long == "truncate" else \
             "skipped (an empty line each)"

@@ -85,6 +85,9 @@ class Translator:
             warn_if_bf16_is_slow(self.device, setting="decode.bf16",
                                  instead="decode in float32 (without --bf16), with --bf16 auto "
                                          "or with --int8")
+        if self.decode_cfg.kv_bf16:  # eq. (1) then multiplies bf16 keys and values
+            warn_if_bf16_is_slow(self.device, setting="decode.kv_bf16",
+                                 instead="keep keys and values in float32 (without --kv-bf16)")
 
     @classmethod
     def from_dir(cls, model_dir: str | Path, *, device: str = "cpu", **decode_overrides):
@@ -139,8 +142,11 @@ class Translator:
     def translate_ids(self, sources: Sequence[list[int]], cfg: DecodeConfig, *,
                       progress: Callable[[int], None] | None = None) -> list[list[Translation]]:
         """`translate_nbest` of sentences encoded already (`encode_source`), with settings
-        `cfg` (the server decodes each batch with its requests' settings)."""
-        order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+        `cfg` (the server decodes each batch with its requests' settings). An empty or blank
+        sentence (no pieces, EOS alone) is not decoded: its n-best list is empty, its text ""
+        (`best_text`), as the server answers it."""
+        order = sorted((i for i, ids in enumerate(sources) if len(ids) > 1),
+                       key=lambda i: len(sources[i]))
         results: list[list[Translation]] = [[] for _ in sources]
         size = cfg.batch_size
         for start in range(0, len(order), size):
@@ -149,7 +155,7 @@ class Translator:
             for i, nbest in zip(batch, nbests, strict=True):
                 results[i] = nbest
             if progress is not None:
-                progress(start + len(batch))
+                progress(len(sources) - len(order) + start + len(batch))
         return results
 
     def _translate_batch(self, sources: list[list[int]], cfg: DecodeConfig
@@ -215,8 +221,14 @@ class Translator:
         return found
 
     def translate(self, sentences: Sequence[str]) -> list[str]:
-        """The best translation of each sentence."""
-        return [nbest[0].text for nbest in self.translate_nbest(sentences)]
+        """The best translation of each sentence ("" for an empty or blank one)."""
+        return [best_text(nbest) for nbest in self.translate_nbest(sentences)]
+
+
+def best_text(nbest: Sequence[Translation]) -> str:
+    """The text of the best translation; "" for an empty n-best list (an empty or blank
+    sentence, or one skipped as too long)."""
+    return nbest[0].text if nbest else ""
 
 
 class RunningSearch:
