@@ -83,11 +83,12 @@ def test_training_and_translation_warn_when_bf16_is_slow(prepared_corpus, corpus
                                                          tmp_path, monkeypatch, caplog, bf16):
     monkeypatch.setattr(cpu_speed, "bf16_matmul_speedup", lambda: 0.6)
     train(config(1, f"train.bf16={bf16}"), data_dir=prepared_corpus, run_dir=tmp_path / "run")
-    Translator(make_translator(corpus_vocab).model, corpus_vocab, DecodeConfig(bf16=bf16))
-    Translator(make_translator(corpus_vocab).model, corpus_vocab, DecodeConfig(bf16=bf16))
+    for _ in range(2):
+        Translator(make_translator(corpus_vocab).model, corpus_vocab,
+                   DecodeConfig(bf16=bf16, kv_bf16=bf16))
     messages = [r.getMessage().split(":")[0] for r in caplog.records
                 if r.name == "transformer_mt.hardware.cpu_speed"]
-    assert messages == (["train.bf16", "decode.bf16"] if bf16 else [])  # once each
+    assert messages == (["train.bf16", "decode.bf16", "decode.kv_bf16"] if bf16 else [])
 
 
 def test_gflops_are_the_probes_operations_over_its_best_time(monkeypatch):

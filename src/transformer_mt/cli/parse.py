@@ -17,6 +17,7 @@ from ..data.vocab import WORD_BOUNDARY, Vocabulary
 from ..evaluation.bleu import read_text
 from ..evaluation.evalb import evalb_params, score_files, summary
 from ..inference.search import TreeConstraints
+from ..storage.files import atomic_dir, atomic_write_text
 from .options import (
     add_config_options,
     add_model_options,
@@ -41,7 +42,9 @@ def add_parser(sub) -> None:
     c.add_argument("--trees-dir", required=True, type=Path,
                    help="train.trees, dev.trees, test.trees: one bracketed tree per line "
                         "(../shared/data/ptb-sample)")
-    c.add_argument("--out", required=True, type=Path)
+    c.add_argument("--out", required=True, type=Path,
+                   help="directory to write SPLIT.words, SPLIT.tree, SPLIT.gold and the "
+                        "targets' symbols into")
     c.add_argument("--slots", choices=SLOTS, default="placeholder",
                    help="what stands for a word in the target: the placeholder XX (Vinyals "
                         "et al. 2015, the default), its POS tag, or (not in the paper) the word "
@@ -53,8 +56,10 @@ def add_parser(sub) -> None:
     t = commands.add_parser("trees", help="parse sentences (one per line, tokenised as the "
                                           "Treebank) into bracketed trees")
     add_model_options(t)
-    t.add_argument("--input", required=True, type=Path)
-    t.add_argument("--output", required=True, type=Path)
+    t.add_argument("--input", required=True, type=Path,
+                   help="sentences, one per line, words separated by spaces")
+    t.add_argument("--output", required=True, type=Path,
+                   help="where to write one bracketed tree per input line")
     t.add_argument("--reverse", action="store_true",
                    help="the model reads words last to first (trained on `corpus --reverse`'s "
                         "SPLIT.reversed); --input stays in reading order")
@@ -98,21 +103,21 @@ def run_corpus(args: argparse.Namespace) -> int:
             except TreeError as err:
                 raise ValueError(f"{path}:{number}: {err}") from None
         splits[ours] = (path, pairs)
-    args.out.mkdir(parents=True, exist_ok=True)
-    for ours, (path, pairs) in splits.items():
-        files = {"words": [p[0] for p in pairs], "tree": [p[1] for p in pairs],
-                 "gold": [str(p[2]) for p in pairs]}
-        if args.reverse:
-            files["reversed"] = [" ".join(reversed(p[0].split())) for p in pairs]
-        for suffix, lines in files.items():
-            (args.out / f"{ours}.{suffix}").write_text("\n".join(lines) + "\n",
-                                                        encoding="utf-8")
-        print(f"{ours}: {len(pairs)} trees from {path}")
     # the targets' brackets, labels and tags (not words), for prepare --whole-words: one
     # piece each
     symbols = sorted({token for _, tree, _ in splits["train"][1] for token in tree.split()
                       if args.slots != "words" or is_bracket(token)})
-    (args.out / SYMBOLS_FILE).write_text("\n".join(symbols) + "\n", encoding="utf-8")
+    with atomic_dir(args.out) as tmp:
+        for ours, (path, pairs) in splits.items():
+            files = {"words": [p[0] for p in pairs], "tree": [p[1] for p in pairs],
+                     "gold": [str(p[2]) for p in pairs]}
+            if args.reverse:
+                files["reversed"] = [" ".join(reversed(p[0].split())) for p in pairs]
+            for suffix, lines in files.items():
+                (tmp / f"{ours}.{suffix}").write_text("\n".join(lines) + "\n",
+                                                     encoding="utf-8")
+            print(f"{ours}: {len(pairs)} trees from {path}")
+        (tmp / SYMBOLS_FILE).write_text("\n".join(symbols) + "\n", encoding="utf-8")
     source = "reversed" if args.reverse else "words"
     print(f"wrote {args.out}/{{train,valid,test}}.{{{','.join(files)}}} and {SYMBOLS_FILE}; "
           f"next: transformer-mt prepare --train-src {args.out}/train.{source} --train-tgt "
@@ -137,7 +142,7 @@ def run_trees(args: argparse.Namespace) -> int:
         repaired += bool(restored.repairs)
         repairs.update(r.split(":")[0] for r in restored.repairs)
         lines.append(str(restored.tree))
-    args.output.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    atomic_write_text(args.output, "\n".join(lines) + "\n")
     print(f"{len(lines)} trees to {args.output}; {repaired} needed repair"
           + (f" ({', '.join(f'{k} {n}' for k, n in sorted(repairs.items()))})" if repairs
              else ""), file=sys.stderr)
@@ -176,5 +181,5 @@ def run_score(args: argparse.Namespace) -> int:
             print(f"{key:22s} {value:8.2f}" if isinstance(value, float) else
                   f"{key:22s} {value:8d}")
     if args.json:
-        args.json.write_text(json.dumps(found, indent=1) + "\n", encoding="utf-8")
+        atomic_write_text(args.json, json.dumps(found, indent=1) + "\n")
     return 0

@@ -20,10 +20,15 @@ def add_parser(sub) -> None:
                     "over-ratio training pairs (counted in report.json), train a joint "
                     "SentencePiece vocabulary, and write memory-mapped token files to --out. "
                     "Either give the files, or --dataset with --pair and --data-dir.")
-    p.add_argument("--train-src", type=Path)
-    p.add_argument("--train-tgt", type=Path)
-    p.add_argument("--valid-src", type=Path)
-    p.add_argument("--valid-tgt", type=Path)
+    p.add_argument("--train-src", type=Path, metavar="FILE",
+                   help="your own training source text, one sentence per line (plain or .gz; "
+                        "instead of --dataset)")
+    p.add_argument("--train-tgt", type=Path, metavar="FILE",
+                   help="its target text: line i is the translation of --train-src's line i")
+    p.add_argument("--valid-src", type=Path, metavar="FILE",
+                   help="validation source text (train reports its loss and BLEU on it)")
+    p.add_argument("--valid-tgt", type=Path, metavar="FILE",
+                   help="validation target text, line for line with --valid-src")
     p.add_argument("--src-lang", default="src", help="source language code, for the record")
     p.add_argument("--tgt-lang", default="tgt", help="target language code, for the record")
     p.add_argument("--dataset",
@@ -40,7 +45,8 @@ def add_parser(sub) -> None:
     p.add_argument("--vocabulary", type=Path, metavar="MODEL_DIR",
                    help="encode with this model's vocabulary (and its special ids) instead of "
                         "learning one: to fine-tune it with train --init-from MODEL_DIR")
-    p.add_argument("overrides", nargs="*", metavar="data.key=value")
+    p.add_argument("overrides", nargs="*", metavar="data.key=value",
+                   help="data config overrides, e.g. data.max_length=200")
     add_config_options(p, DataConfig, "data")
     p.set_defaults(run=run)
 
@@ -77,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
     for name, split in report["splits"].items():
         dropped = ", ".join(f"{k} {v}" for k, v in split["dropped"].items()) or "none"
         print(f"{name}: {split['kept']:,} pairs kept of {split['read']:,} "
-              f"(dropped: {dropped}); {split['src_tokens']:,} / {split['tgt_tokens']:,} tokens")
+              f"(dropped: {dropped}); {split['src_tokens']:,} source / "
+              f"{split['tgt_tokens']:,} target tokens")
     print(f"prepared data in {args.out} (report.json, meta.json)")
     return 0
