@@ -120,12 +120,16 @@ def test_translate_streams_in_chunks_and_treats_too_long_lines_as_told(tmp_path,
     assert "sentence 7 has 61 tokens; this model takes at most 30" in capsys.readouterr().err
     whole = tmp_path / "whole.txt"
     assert translate(whole, "--too-long", "skip") == 0
-    written_before = []  # each chunk's translation starts after the previous chunk is written
+    # each chunk's translation starts after the previous chunk is written (to the temporary
+    # file that becomes the output once all is written)
+    written_before = []
     chunked = tmp_path / "chunked.txt"
     original = Translator.translate_ids
 
     def spy(self, sources, cfg, **kw):
-        written_before.append(len(chunked.read_text().splitlines()))
+        for partial in tmp_path.glob(".chunked.txt.*"):
+            written_before.append(len(partial.read_text().splitlines()))
+            assert not chunked.exists()
         return original(self, sources, cfg, **kw)
 
     monkeypatch.setattr(Translator, "translate_ids", spy)
@@ -146,3 +150,123 @@ def test_translate_streams_in_chunks_and_treats_too_long_lines_as_told(tmp_path,
     src = bad
     assert translate(tmp_path / "bad-out.txt") == 2
     assert f"{bad}:3: invalid UTF-8" in capsys.readouterr().err
+
+
+def test_info_reports_the_model_a_preset_builds(capsys, prepared_corpus):
+    # multi30k's model is trained on the 8k vocabulary its data.vocab_size makes prepare build
+    assert main(["info", "--config", "multi30k"]) == 0
+    out = capsys.readouterr().out
+    assert "vocab 8000" in out and "2,343,424 (2.3M)" in out
+    # with --data, the vocabulary train would take from that directory
+    from transformer_mt.data.prepare import load_vocab
+
+    assert main(["info", "--config", "multi30k", "--data", str(prepared_corpus)]) == 0
+    assert f"vocab {len(load_vocab(prepared_corpus))}," in capsys.readouterr().out
+
+
+def test_a_command_line_typo_is_named_as_such_with_the_closest_key(capsys):
+    assert main(["train", "--config", "tiny", "--data", "d", "--run-dir", "r",
+                 "--train.max_step=5"]) == 2
+    err = capsys.readouterr().err
+    assert "the overrides --train.max_step=5 (on tiny.yaml)" in err
+    assert "did you mean 'max_steps'?" in err and "configs/tiny.yaml" not in err
+    # a value after a space is the same override as after '='
+    assert main(["info", "--config", "tiny", "--train.max_steps", "50"]) == 0
+    assert main(["info", "--config", "tiny", "--train.max_step", "50"]) == 2
+    assert "did you mean 'max_steps'?" in capsys.readouterr().err
+
+
+@pytest.fixture
+def model_dir(tmp_path, corpus_vocab):
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=len(corpus_vocab), d_model=32, n_heads=4, d_ff=64,
+                      n_encoder_layers=1, n_decoder_layers=1, dropout=0.0, max_positions=80)
+    return save_model(Transformer(cfg), tmp_path / "model", vocab_path=corpus_vocab.path)
+
+
+def test_a_failed_translate_leaves_an_existing_output_as_it_was(tmp_path, model_dir, capsys):
+    out = tmp_path / "good.de"
+    out.write_text("".join(f"Zeile {i}.\n" for i in range(1000)), encoding="utf-8")
+    before = out.read_bytes()
+    bad_utf8, too_long = tmp_path / "bad.en", tmp_path / "long.en"
+    # the bad line comes after a whole chunk has been translated and written
+    bad_utf8.write_bytes(b"A dog.\n" * 5 + b"A \xff cat.\n")
+    too_long.write_text("A dog.\n" * 5 + " ".join(["dog"] * 60) + "\n", encoding="utf-8")
+    for source, message in ((tmp_path / "missing.en", "missing.en"),
+                            (bad_utf8, "bad.en:6"), (too_long, "sentence 6 has")):
+        assert main(["translate", "--model", str(model_dir), "--input", str(source),
+                     "--output", str(out), "--beam-size", "1", "--chunk", "2"]) == 2
+        assert message in capsys.readouterr().err
+        assert out.read_bytes() == before, source
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".good")] == []
+    # a run that succeeds replaces it whole, with an ordinary file's permissions
+    good = tmp_path / "good.en"
+    good.write_text("A dog.\nA cat.\n", encoding="utf-8")
+    assert main(["translate", "--model", str(model_dir), "--input", str(good), "--output",
+                 str(out), "--beam-size", "1"]) == 0
+    assert len(out.read_text(encoding="utf-8").splitlines()) == 2
+    assert out.stat().st_mode & 0o777 == 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    import os
+
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_blank_lines_translate_to_blank_lines_on_every_path(tmp_path, model_dir, monkeypatch,
+                                                            capsys):
+    import io
+
+    src = tmp_path / "in.en"
+    src.write_text("A dog.\n\n   \nA cat.\n\t\n", encoding="utf-8")
+    blank = [1, 2, 4]
+    base = ["translate", "--model", str(model_dir), "--beam-size", "2"]
+    outputs = {}
+    for name, extra in {"file": [], "ensemble": [str(model_dir)], "greedy": ["--beam-size", "1"],
+                        "sample": ["--decode.strategy=sample"]}.items():
+        path = tmp_path / f"{name}.de"
+        assert main([*base[:3], *extra, *base[3:], "--input", str(src), "--output",
+                     str(path)]) == 0
+        outputs[name] = path.read_text(encoding="utf-8").split("\n")[:-1]
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(src.read_bytes())))
+    assert main(base) == 0
+    outputs["stdin"] = capsys.readouterr().out.split("\n")[:-1]
+    for name, lines in outputs.items():
+        assert len(lines) == 5, name
+        assert [i for i, line in enumerate(lines) if line == ""] == blank, (name, lines)
+    # n-best and alignment output: no rows for a blank line, the others numbered as before
+    nbest = tmp_path / "nbest.de"
+    assert main([*base, "--input", str(src), "--output", str(nbest), "--n-best", "2"]) == 0
+    rows = [line.split("\t")[0] for line in nbest.read_text(encoding="utf-8").splitlines()]
+    assert rows == ["0", "0", "3", "3"]
+    aligned = tmp_path / "aligned.de"
+    assert main([*base, "--input", str(src), "--output", str(aligned),
+                 "--print-alignment"]) == 0
+    rows = [line.split("\t")[0] for line in aligned.read_text(encoding="utf-8").splitlines()]
+    assert rows == ["H-0", "A-0", "H-3", "A-3"]
+    from transformer_mt import Translator
+
+    assert Translator.from_dir(model_dir).translate(["", " ", "A dog."])[:2] == ["", ""]
+
+
+def test_average_and_export_write_whole_directories_or_nothing(tmp_path, trained_model,
+                                                               monkeypatch, caplog):
+    from transformer_mt.storage.model_dir import WEIGHTS_FILE
+    from transformer_mt.training import checkpoint
+
+    run = trained_model.parent.parent
+    out = tmp_path / "avg"
+    assert main(["average", "--run-dir", str(run), "--last", "1", "--out", str(out)]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    def dying(*args, **kwargs):
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(checkpoint, "copy_vocabulary", dying)  # after the weights are written
+    assert main(["average", "--run-dir", str(run), "--last", "1", "--out", str(out)]) == 2
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert [p.name for p in tmp_path.iterdir()] == ["avg"]  # no temporary left
+    assert (out / WEIGHTS_FILE).exists()

@@ -122,8 +122,15 @@ def test_the_multi30k_preset_is_the_recipe_of_the_recorded_runs():
     preset = config_to_dict(load_config("multi30k", ["train.seed=7", "train.bf16=true"]))
     recorded["model"]["vocab_size"] = preset["model"]["vocab_size"]  # set from the data
     assert preset["model"] == recorded["model"] and preset["data"] == recorded["data"]
-    assert preset["train"] == recorded["train"]
+    assert preset["train"] == recorded["train"] | share_not_minutes(preset)
+    assert load_config("multi30k").train.cooldown_minutes == pytest.approx(20, abs=0.01)
     assert preset["decode"] == recorded["decode"] | {"length_penalty": 1.2}
+
+
+def share_not_minutes(preset: dict) -> dict:
+    """The recorded runs' 20-minute cooldown, which the presets now give as a share of the
+    budget (the same minutes at the recorded budget, asserted beside)."""
+    return {"lr_cooldown_minutes": 0.0, "lr_cooldown_share": preset["train"]["lr_cooldown_share"]}
 
 
 def test_the_tatoeba_preset_is_the_recipe_of_the_recorded_runs():
@@ -142,7 +149,9 @@ def test_the_tatoeba_preset_is_the_recipe_of_the_recorded_runs():
             k: v for k, v in saved.items() if k in ("model", "data", "train", "decode")}))
         recorded["model"]["vocab_size"] = preset["model"]["vocab_size"]  # set from the data
         assert preset["model"] == recorded["model"] and preset["data"] == recorded["data"]
-        assert preset["train"] == recorded["train"], pair
+        assert preset["train"] == recorded["train"] | share_not_minutes(preset), pair
+        assert load_config("tatoeba", ["train.max_minutes=85"]).train.cooldown_minutes == \
+            pytest.approx(20, abs=0.01)
         chosen = json.loads((folder / "results.json").read_text())["alpha_selected_on_val"]
         assert preset["decode"] == recorded["decode"] | {"length_penalty": chosen}
 

@@ -14,7 +14,7 @@ from transformer_mt.cli.main import main
 README = (REPO / "README.md").read_text(encoding="utf-8")
 # The quickstart's train command, shortened: 400 steps of the multi30k recipe without dropout,
 # a shorter warmup and smaller batches; the model and the rest of the recipe stay.
-SHORTER = ["--train.max_minutes=0", "--train.lr_cooldown_minutes=0", "--train.max_steps=400",
+SHORTER = ["--train.max_minutes=0", "--train.lr_cooldown_share=0", "--train.max_steps=400",
            "--train.warmup_steps=100", "--train.lr_scale=1", "--train.max_tokens=512",
            "--train.save_every=20", "--train.valid_every=400", "--train.bf16=false",
            "--model.dropout=0", "--model.attention_dropout=0", "--model.activation_dropout=0"]

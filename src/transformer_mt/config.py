@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
 import logging
 import re
 import types
@@ -196,7 +197,8 @@ class DecodeConfig:
         "translates the same in any batch; what `serve` uses)")
     kv_bf16: bool = option(
         False, "not in the paper: keep attention keys and values in bfloat16 (with int8 or in "
-        "fp32): beam search moves half the bytes")
+        "fp32): beam search moves half the bytes; pays only on a CPU with fast bf16 (AVX-512 "
+        "BF16, AMX: a warning says where not)")
 
     def __post_init__(self):
         _check_positive(self, "beam_size", "n_best", "batch_size", "temperature")
@@ -267,6 +269,11 @@ class TrainConfig:
     # began, once a fifth of it has passed (the rate's line bent there), and the run ends with
     # its last step; 0: off.
     lr_cooldown_minutes: float = 0.0
+    # Not in the paper: the cooldown as a share of the run's budget (0.25: the last quarter),
+    # so that it scales with it (--train.max_minutes=12 of a preset written for 88): of
+    # train.max_minutes where it is set (as lr_cooldown_minutes), else of train.max_steps (as
+    # lr_cooldown_steps); 0: off. Exclusive with those two.
+    lr_cooldown_share: float = 0.0
     label_smoothing: float = 0.1  # §5.4
     # Not in the paper: BPE-dropout (Provilkov et al., 2020), the training text segmented anew
     # each epoch with each merge skipped at this probability (0.1 in their paper); 0: off.
@@ -334,9 +341,31 @@ class TrainConfig:
             raise ValueError("train.lr_cooldown_minutes must be in [0, train.max_minutes) (the "
                              "cooldown ends with the time budget), got "
                              f"{self.lr_cooldown_minutes} with max_minutes {self.max_minutes}")
-        if self.lr_cooldown_minutes and self.lr_cooldown_steps:
-            raise ValueError("train.lr_cooldown_steps and train.lr_cooldown_minutes are "
-                             "exclusive: a cooldown ends either at max_steps or with max_minutes")
+        if self.lr_cooldown_share and not (0 < self.lr_cooldown_share < 1
+                                           and (self.max_minutes > 0 or self.max_steps > 0)):
+            raise ValueError("train.lr_cooldown_share is a share of train.max_minutes or "
+                             f"train.max_steps, in [0, 1), got {self.lr_cooldown_share} with "
+                             f"max_minutes {self.max_minutes}, max_steps {self.max_steps}")
+        if sum(bool(x) for x in (self.lr_cooldown_steps, self.lr_cooldown_minutes,
+                                 self.lr_cooldown_share)) > 1:
+            raise ValueError("train.lr_cooldown_steps, train.lr_cooldown_minutes and "
+                             "train.lr_cooldown_share are exclusive: a cooldown ends either at "
+                             "max_steps or with max_minutes, given in minutes or as a share")
+
+    @property
+    def cooldown_minutes(self) -> float:
+        """The timed cooldown's length in minutes (lr_cooldown_minutes, or lr_cooldown_share
+        of max_minutes); 0: none."""
+        return self.lr_cooldown_minutes or self.lr_cooldown_share * self.max_minutes
+
+    @property
+    def cooldown_steps(self) -> int:
+        """The cooldown's length in steps, ending at max_steps (lr_cooldown_steps, or
+        lr_cooldown_share of max_steps where no max_minutes is set); 0: none."""
+        if self.lr_cooldown_steps or self.max_minutes:
+            return self.lr_cooldown_steps
+        return max(1, round(self.lr_cooldown_share * self.max_steps)) \
+            if self.lr_cooldown_share else 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -432,7 +461,10 @@ def checked_fields(cls, data: dict[str, Any], where: str = "") -> dict[str, Any]
                 f"saved configs holding {kept!r}, its behaviour now, still load"
             raise ConfigError(f"config key '{path}' was retired ({why}); {still}")
         if key not in fields:
-            raise ConfigError(f"unknown config key '{path}' (known: {', '.join(sorted(fields))})")
+            close = difflib.get_close_matches(key, fields, n=1)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            raise ConfigError(f"unknown config key '{path}' ({hint}known: "
+                              f"{', '.join(sorted(fields))})")
         hint = hints[key]
         if dataclasses.is_dataclass(hint):
             kwargs[key] = config_from_dict(hint, value, path)
@@ -514,7 +546,30 @@ def read_yaml(text: str) -> Any:
 
 
 def load_config(preset_or_yaml: str | Path = "base", overrides: list[str] = ()) -> Config:
-    """Read a preset name or YAML path, then apply `section.key=value` overrides (YAML values)."""
+    """Read a preset name or YAML path, then apply `section.key=value` overrides (YAML values).
+    An error names the file, or the overrides where the file alone is a valid config."""
+    path, data = config_data(preset_or_yaml, overrides)
+    try:
+        return config_from_dict(Config, data)
+    except ConfigError as err:
+        if overrides and _is_valid(config_data(preset_or_yaml)[1]):
+            raise ConfigError(f"the overrides {' '.join(f'--{o}' for o in overrides)} "
+                              f"(on {path.name}): {err}") from None
+        raise ConfigError(f"{path}: {err}") from None
+
+
+def _is_valid(data: dict[str, Any]) -> bool:
+    try:
+        config_from_dict(Config, data)
+    except ConfigError:
+        return False
+    return True
+
+
+def config_data(preset_or_yaml: str | Path = "base", overrides: list[str] = ()
+                ) -> tuple[Path, dict[str, Any]]:
+    """The file a preset name or YAML path names, and its plain data with the overrides
+    applied (not yet checked: `load_config`)."""
     path = Path(preset_or_yaml)
     if not path.suffix and not path.exists():
         path = PRESETS_DIR / f"{preset_or_yaml}.yaml"
@@ -539,7 +594,4 @@ def load_config(preset_or_yaml: str | Path = "base", overrides: list[str] = ()) 
             if not isinstance(node, dict):
                 raise ConfigError(f"override '{override}': '{part}' is not a section")
         node[leaf] = read_yaml(raw)
-    try:
-        return config_from_dict(Config, data)
-    except ConfigError as err:
-        raise ConfigError(f"{path}: {err}") from None
+    return path, data

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+from pathlib import Path
 
-from ..config import ModelConfig, load_config, preset_names
+from ..config import Config, ModelConfig, config_data, load_config, preset_names
+from ..data.prepare import load_vocab
 from ..model.stats import model_stats
 from .options import add_config_options, as_overrides, given
 
@@ -15,6 +18,10 @@ def add_parser(sub) -> None:
                                    "per token.")
     p.add_argument("--config", default="base",
                    help=f"preset ({', '.join(preset_names())}) or YAML file (default: base)")
+    p.add_argument("--data", type=Path, metavar="DATA_DIR",
+                   help="a prepared data directory: its vocabulary's size, as train uses it "
+                        "(default: the config's data.vocab_size where it sets one, which "
+                        "prepare --config builds, else model.vocab_size)")
     p.add_argument("--seq-len", type=int, default=32,
                    help="source and target length for the attention FLOPs (default: 32)")
     p.add_argument("overrides", nargs="*", metavar="section.key=value",
@@ -25,9 +32,11 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     overrides = list(args.overrides) + as_overrides(given(args, "model"), "model")
-    cfg = load_config(args.config, overrides).model
+    cfg = load_config(args.config, overrides)
+    vocab, source = vocabulary_size(args, cfg, overrides)
+    cfg = dataclasses.replace(cfg.model, vocab_size=vocab)
     stats = model_stats(cfg, seq_len=args.seq_len)
-    print(f"config: {args.config}")
+    print(f"config: {args.config} (vocabulary: {source})")
     print(f"  layers {cfg.n_encoder_layers}+{cfg.n_decoder_layers}, d_model {cfg.d_model}, "
           f"d_ff {cfg.d_ff}, heads {cfg.n_heads}, vocab {cfg.vocab_size}, "
           f"tying {cfg.weight_tying}")
@@ -38,3 +47,16 @@ def run(args: argparse.Namespace) -> int:
           f"({stats.forward_flops_per_token / 1e6:.1f} MFLOP; source and target of "
           f"{stats.seq_len} tokens)")
     return 0
+
+
+def vocabulary_size(args: argparse.Namespace, cfg: Config, overrides: list[str]
+                    ) -> tuple[int, str]:
+    """The vocabulary the model trained from this config has, and where that comes from:
+    train takes it from the data directory, which prepare --config builds at data.vocab_size."""
+    if args.data is not None:
+        return len(load_vocab(args.data)), f"{args.data}"
+    if "model.vocab_size" in {o.split("=")[0] for o in overrides}:
+        return cfg.model.vocab_size, "model.vocab_size"
+    if "vocab_size" in config_data(args.config, overrides)[1].get("data", {}):
+        return cfg.data.vocab_size, "data.vocab_size, as prepare --config builds it"
+    return cfg.model.vocab_size, "model.vocab_size"

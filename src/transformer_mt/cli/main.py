@@ -41,14 +41,29 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args, unknown = parser.parse_known_args(argv)
     # `train --train.max_steps=100` style overrides: dotted options after the known ones
+    # (`--train.max_steps 100` too)
+    args, unknown = parser.parse_known_args(joined_values(sys.argv[1:] if argv is None
+                                                          else argv))
     dotted = [u for u in unknown if u.startswith("--") and "." in u.split("=")[0]]
     if len(dotted) != len(unknown) or (dotted and not hasattr(args, "overrides")):
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if dotted:
         args.overrides = [*args.overrides, *(d.removeprefix("--") for d in dotted)]
     return run_command(args, prog="transformer-mt")
+
+
+def joined_values(argv: list[str]) -> list[str]:
+    """`--section.key value` as `--section.key=value` (no option of ours has a dot)."""
+    joined: list[str] = []
+    for arg in argv:
+        previous = joined[-1] if joined else ""
+        if previous.startswith("--") and "." in previous and "=" not in previous \
+                and not arg.startswith("--"):
+            joined[-1] = f"{previous}={arg}"
+        else:
+            joined.append(arg)
+    return joined
 
 
 def run_command(args: argparse.Namespace, *, prog: str) -> int:

@@ -181,8 +181,9 @@ class Clock:
 
 @dataclass
 class Cooldown:
-    """train.lr_cooldown_minutes: plans the cooldown once that much time is left, re-plans it
-    at each save step from the pace since it began (schedule.py), and logs both."""
+    """A timed cooldown (train.lr_cooldown_minutes or _share): plans the cooldown once that
+    much time is left, re-plans it at each save step from the pace since it began
+    (schedule.py), and logs both."""
 
     tcfg: TrainConfig
 
@@ -205,7 +206,7 @@ class Cooldown:
         tcfg, cooldown = self.tcfg, cooldown_steps(self.tcfg, state)
         if cooldown is None or state["step"] >= cooldown[1]:
             return
-        if tcfg.lr_cooldown_steps:
+        if tcfg.cooldown_steps:
             budget = f"train.max_steps={tcfg.max_steps}"
             advice = "run train again on this run directory to finish it, or lower " \
                 "train.max_steps to fit the time budget"

@@ -27,22 +27,24 @@ def learning_rate(step: int, tcfg: TrainConfig, d_model: int,
 
 def cooldown_steps(tcfg: TrainConfig, state: dict) -> tuple[float, int] | None:
     """The first and last step of the rate's cooldown, if any: the last
-    train.lr_cooldown_steps of train.max_steps, or the steps `plan_cooldown` chose when
-    train.lr_cooldown_minutes were left of train.max_minutes (kept in the run's state)."""
-    if tcfg.lr_cooldown_steps:
-        return tcfg.max_steps - tcfg.lr_cooldown_steps + 1, tcfg.max_steps
+    TrainConfig.cooldown_steps of train.max_steps, or the steps `plan_cooldown` chose when the
+    timed cooldown's minutes (TrainConfig.cooldown_minutes) were left of train.max_minutes
+    (kept in the run's state)."""
+    if tcfg.cooldown_steps:
+        return tcfg.max_steps - tcfg.cooldown_steps + 1, tcfg.max_steps
     planned = state.get("cooldown")  # absent from checkpoints older than the option
     return (planned[0], planned[1]) if planned else None
 
 
 def plan_cooldown(tcfg: TrainConfig, state: dict) -> list[int] | None:
-    """With train.lr_cooldown_minutes, once no more than that is left of train.max_minutes:
-    the cooldown's [first, last] step, as many steps as the run's mean pace so far (train
-    seconds per step, validations and saves included) fits into 97 % of the time left, so that
-    it ends before the budget does. None before then, or once planned."""
+    """With a timed cooldown (TrainConfig.cooldown_minutes), once no more than that is left
+    of train.max_minutes: the cooldown's [first, last] step, as many steps as the run's mean
+    pace so far (train seconds per step, validations and saves included) fits into 97 % of
+    the time left, so that it ends before the budget does. None before then, or once
+    planned."""
     left = 60 * tcfg.max_minutes - state["train_seconds"]
-    if not tcfg.lr_cooldown_minutes or state.get("cooldown") or not state["step"] \
-            or left > 60 * tcfg.lr_cooldown_minutes:
+    if not tcfg.cooldown_minutes or state.get("cooldown") or not state["step"] \
+            or left > 60 * tcfg.cooldown_minutes:
         return None
     pace = state["train_seconds"] / state["step"]
     return [state["step"] + 1, state["step"] + max(1, int(0.97 * left / pace))]
@@ -55,14 +57,14 @@ def replan_cooldown(tcfg: TrainConfig, state: dict) -> list[float] | None:
     the rate falls on in a straight line from its value at step s + 1 to that step. Returns
     [first, last] of the new line (`first`, where it would reach eq. (3)'s full rate, need not
     be a whole step); None for a cooldown by steps, one not planned, over or older than this,
-    and until a fifth of train.lr_cooldown_minutes has passed: a shorter pace is one event's
+    and until a fifth of the cooldown's minutes has passed: a shorter pace is one event's
     (a validation's 6 s in the first 20 steps once cut a 4,557-step plan to 2,077)."""
     cooldown, since = state.get("cooldown"), state.get("cooldown_since")
-    if not tcfg.lr_cooldown_minutes or not cooldown or not since:
+    if not tcfg.cooldown_minutes or not cooldown or not since:
         return None
     (first, last), (s0, t0) = cooldown, since
     step, seconds = state["step"], state["train_seconds"]
-    if not s0 < step < last or seconds - t0 < 60 * tcfg.lr_cooldown_minutes / 5:
+    if not s0 < step < last or seconds - t0 < 60 * tcfg.cooldown_minutes / 5:
         return None
     pace = (seconds - t0) / (step - s0)
     new_last = step + max(1, int(0.97 * (60 * tcfg.max_minutes - seconds) / pace))
