@@ -6,6 +6,9 @@ import asyncio
 import dataclasses
 import re
 import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -294,6 +297,33 @@ def test_the_web_page_is_self_contained(client):
     # no CDN: works offline (the SVG namespace is a name, never fetched)
     urls = re.findall(r"https?://[^\s\"'`]*", html)
     assert urls == ["http://www.w3.org/2000/svg"], urls
+
+
+def test_the_api_docs_work_offline(client):
+    page = client.get("/docs")
+    assert page.status_code == 200
+    # Swagger UI's script and style come from this server (fastapi-offline), not a CDN
+    assert re.findall(r"https?://[^\s\"'`]*", page.text) == []
+    assets = re.findall(r"(?:src|href)=['\"](/[^'\"]+\.(?:js|css))", page.text)
+    assert len(assets) == 2, page.text
+    for asset in assets:
+        answer = client.get(asset)
+        assert answer.status_code == 200 and len(answer.content) > 10_000, asset
+
+
+def test_a_busy_port_is_a_clear_error_before_any_ready(translator, tmp_path):
+    save_model(translator.model, tmp_path / "model", vocab_path=translator.vocab.path,
+               decode=translator.decode_cfg)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "transformer_mt", "serve", "--model",
+                               str(tmp_path / "model"), "--port", str(port)],
+                              capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in done.stderr
+    assert "ready: serving" not in done.stderr + done.stdout
 
 
 def test_a_real_server_drains_on_sigterm_and_exits_0(translator, tmp_path):

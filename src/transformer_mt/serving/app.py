@@ -19,6 +19,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -142,7 +143,8 @@ def create_app(translator: Translator, cfg: ServeConfig, *,
         app.state.draining = True
         await asyncio.to_thread(app.state.batcher.close, cfg.grace_seconds)
 
-    app = FastAPI(title="transformer-mt", lifespan=lifespan,
+    # /docs and /redoc from files fastapi-offline ships, not a CDN: they work offline
+    app = FastAPIOffline(title="transformer-mt", lifespan=lifespan,
                   description="Translation with a Transformer of 'Attention Is All You Need'. "
                               "Requests from all clients are batched together.")
     app.state.ready, app.state.draining = False, False

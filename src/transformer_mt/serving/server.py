@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import socket
 import threading
 
 import uvicorn
@@ -42,7 +43,9 @@ class DrainingServer(uvicorn.Server):
 
 def serve(translator: Translator, cfg: ServeConfig, *,
           languages: tuple[str, str] | None = None) -> None:
-    """Serve `translator` until SIGTERM or SIGINT, then drain and return."""
+    """Serve `translator` until SIGTERM or SIGINT, then drain and return. The address is
+    bound first, so that a busy port is an OSError before anything starts or says "ready"."""
+    sock = listening_socket(cfg.host, cfg.port)
     batcher = Batcher(translator, cfg, thread=False)
     app = create_app(translator, cfg, languages=languages, batcher=batcher)
     config = uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level="info",
@@ -54,7 +57,7 @@ def serve(translator: Translator, cfg: ServeConfig, *,
 
     def run_loop() -> None:
         try:
-            server.run()
+            server.run(sockets=[sock])
         finally:  # also where uvicorn failed to start: the main thread stops decoding
             batcher.close(timeout=0)
 
@@ -64,3 +67,19 @@ def serve(translator: Translator, cfg: ServeConfig, *,
     loop.join()
     if not server.started:
         raise OSError(f"the server did not start on {cfg.host}:{cfg.port} (see the log)")
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to host:port (an IPv6 host where it has a colon), as uvicorn binds
+    one; an OSError naming the address where it cannot be had."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as err:
+        sock.close()
+        raise OSError(f"cannot listen on {host}:{port}: {err.strerror} (serve --port picks "
+                      "another)") from None
+    sock.set_inheritable(True)
+    return sock
