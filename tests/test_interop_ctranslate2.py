@@ -1,9 +1,10 @@
 """CTranslate2 out, and as an engine: an export's log-probabilities equal ours (post-norm and
 pre-norm, every position layout and learned positions, biases, activations, tyings); through
 `CTranslate2Translator`, greedy and beam outputs (GNMT and |Y|^alpha, n-best, the
-per-sentence length cap, min_length with greedy) are token-identical to ours, scores within
-5e-3 (CTranslate2 renormalises around the banned padding; we do not); int8 stays close; the
-CLI's `export ctranslate2` and `translate/serve --engine ctranslate2` give our outputs."""
+per-sentence length cap, min_length with greedy, the presets' alphas) are token-identical to
+ours but for near ties, scores within 1e-3 a token (two float32 implementations; CTranslate2
+renormalises around the banned padding, we do not); int8 stays close; the CLI's `export
+ctranslate2` and `translate/serve --engine ctranslate2` give our outputs."""
 
 import dataclasses
 import json
@@ -66,6 +67,9 @@ def test_the_export_computes_our_log_probabilities(corpus_vocab, tmp_path, overr
 DECODINGS = [
     dict(strategy="greedy"),
     dict(),  # the paper's: beam 4, GNMT alpha 0.6
+    dict(length_penalty=0.0),  # the presets' alphas: none, 1.0 (tatoeba), 1.2 (multi30k)
+    dict(length_penalty=1.0),
+    dict(length_penalty=1.2),
     dict(beam_size=5, n_best=3, length_normalization="power", length_penalty=1.0),
     # beam search with min_length differs: CTranslate2 renormalises the distribution without
     # EOS (beams where EOS was likely gain), we (as fairseq and Hugging Face) do not
@@ -73,6 +77,53 @@ DECODINGS = [
     dict(beam_size=4, max_length=5),  # most outputs reach the cap: EOS forced as ours
     dict(strategy="greedy", max_length=4),
 ]
+# Per output token, how far the engines' log-probabilities may be apart: two float32
+# implementations of the same function (other kernels, other summation orders, CPU by CPU:
+# 0.006-0.008 over a sentence on a Zen 3) plus CTranslate2's renormalisation around the banned
+# padding (-log(1 - P(pad)), about 0 for a trained model). Where two outputs' scores are
+# closer than that, either engine may pick either: a near tie, not a difference of search.
+PER_TOKEN = 1e-3
+
+
+def scored(ours: Translator, source: list[int], tokens: tuple[int, ...], cfg) -> float:
+    """Our model's ranking score of `tokens` (+ EOS) for `source`, by forced decoding."""
+    from transformer_mt.inference.search import length_norm
+
+    eos, bos = ours.model.cfg.eos_id, ours.model.cfg.bos_id
+    with torch.no_grad():
+        logp = ours.model(torch.tensor([source]), torch.tensor([[bos, *tokens]])).log_softmax(-1)
+    lp = float(logp[0].gather(1, torch.tensor([*tokens, eos])[:, None]).sum())
+    return lp / float(length_norm(len(tokens) + 1, cfg))
+
+
+def test_ctranslate2_keeps_what_our_ranking_would_keep():
+    """Where more than beam_size hypotheses have finished by CTranslate2's last step it keeps
+    the beam_size best by log P / |Y|^p before we rank them (on Multi30k at the multi30k
+    preset's alpha 1.2 with p = alpha, 5 outputs in 1,000 were longer than ours; at alpha 0
+    with p = 1, 34): p ranks as our length normalisation does."""
+    import math
+
+    import numpy as np
+
+    from transformer_mt.interop.ct2 import NO_PENALTY, ct2_length_penalty
+
+    for norm in ("gnmt", "power"):  # no penalty: log P's order, without CTranslate2's early
+        cfg = DecodeConfig(length_penalty=0.0, length_normalization=norm)  # exit at p = 0
+        p = ct2_length_penalty(cfg, 12)
+        assert p == NO_PENALTY > 0
+        assert all(np.float32(length) ** np.float32(p) == 1 for length in range(1, 1025))
+    assert ct2_length_penalty(DecodeConfig(length_penalty=1.2, length_normalization="power"),
+                              12) == 1.2
+    # GNMT's ((5 + |Y|) / 6)^alpha: for outputs within 30 % of the batch's source length L,
+    # |Y|^p's ratio of any two lengths is GNMT's within 2.05 % x alpha: their order differs
+    # only for scores closer than that
+    for alpha in (0.6, 1.0, 1.2, 2.0):
+        for length in range(3, 200):
+            p = ct2_length_penalty(DecodeConfig(length_penalty=alpha), length)
+            lengths = range(max(1, round(0.7 * length)), round(1.3 * length) + 1)
+            worst = max(abs(p * math.log(b / a) - alpha * math.log((5 + b) / (5 + a)))
+                        for a in lengths for b in lengths)
+            assert worst <= 0.0205 * alpha, (alpha, length, worst)
 
 
 @pytest.mark.parametrize("decoding", DECODINGS, ids=[str(d) for d in DECODINGS])
@@ -82,11 +133,22 @@ def test_ctranslate2_decodes_what_we_decode(trained_model, tmp_path, decoding):
     cfg = dataclasses.replace(ours.decode_cfg, batch_size=16, **decoding)
     sources = [ours.encode_source(s, i) for i, s in enumerate(SOURCES)]
     mine, theirs = ours.translate_ids(sources, cfg), ct2.translate_ids(sources, cfg)
-    assert [[t.text for t in n] for n in theirs] == [[t.text for t in n] for n in mine]
-    for a, b in zip(mine, theirs, strict=True) if not cfg.min_length else ():
-        # CTranslate2 renormalises around padding (and EOS under min_length: not compared)
-        assert [t.score for t in b] == pytest.approx([t.score for t in a], abs=5e-3)
-        assert [t.log_prob for t in b] == pytest.approx([t.log_prob for t in a], abs=5e-3)
+    same = 0
+    for source, a, b in zip(sources, mine, theirs, strict=True):
+        if [t.tokens for t in a] == [t.tokens for t in b]:
+            same += 1
+            if not cfg.min_length:  # CTranslate2 renormalises around EOS too: not compared
+                tol = [PER_TOKEN * (len(t.tokens) + 1) for t in a]
+                assert all(abs(x.score - y.score) <= t for x, y, t in
+                           zip(a, b, tol, strict=True)), ([x.score for x in a],
+                                                          [y.score for y in b])
+                assert all(abs(x.log_prob - y.log_prob) <= t for x, y, t in
+                           zip(a, b, tol, strict=True))
+        else:  # a near tie of the two best, by our model's own scores of both
+            x, y = (scored(ours, source, n[0].tokens, cfg) for n in (a, b))
+            assert abs(x - y) <= PER_TOKEN * (max(len(a[0].tokens), len(b[0].tokens)) + 1), \
+                (a[0].text, x, b[0].text, y)
+    assert same >= 0.95 * len(sources), f"{same} of {len(sources)} identical"  # 40 on a Xeon
     if cfg.max_length:
         assert sum(len(ours.vocab.encode(n[0].text)) + 1 == cfg.max_length
                    for n in mine) >= 10, "the cap is reached"
@@ -103,7 +165,8 @@ def test_int8_export_is_smaller_and_close(trained_model, tmp_path):
 
 
 def test_the_cli_exports_and_translates_with_either_engine(trained_model, tmp_path, capsys):
-    (tmp_path / "in.txt").write_text("\n".join(SOURCES[:12]) + "\n", encoding="utf-8")
+    lines = [*SOURCES[:6], "", "  ", *SOURCES[6:12]]  # blank lines: blank outputs, undecoded
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     assert main(["export", "ctranslate2", str(trained_model), "--out", str(tmp_path / "c")]) == 0
     outputs = []
     for engine, model in (("torch", trained_model), ("ctranslate2", tmp_path / "c")):
@@ -111,7 +174,8 @@ def test_the_cli_exports_and_translates_with_either_engine(trained_model, tmp_pa
         assert main(["translate", "--model", str(model), "--engine", engine, "--input",
                      str(tmp_path / "in.txt"), "--output", str(out), "--beam-size", "3"]) == 0
         outputs.append(out.read_text(encoding="utf-8"))
-    assert outputs[0] == outputs[1] and len(outputs[0].splitlines()) == 12
+    assert outputs[0] == outputs[1] and len(outputs[0].splitlines()) == 14
+    assert [i for i, line in enumerate(outputs[1].splitlines()) if not line] == [6, 7]
     capsys.readouterr()
     assert main(["translate", "--model", str(trained_model), "--engine", "ctranslate2",
                  "--input", str(tmp_path / "in.txt")]) == 2

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import statistics
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -156,6 +157,27 @@ def export_ctranslate2(model_dir: str | Path, out_dir: str | Path, *,
     return out_dir
 
 
+# CTranslate2's length penalty for "no penalty": 0 itself would also end the beam at the first
+# finished top beam (its early exit), ours ends with beam_size finished; x / L^1e-9 equals x in
+# float32, so its order is log P's
+NO_PENALTY = 1e-9
+
+
+def ct2_length_penalty(cfg: DecodeConfig, length: float) -> float:
+    """The exponent p of CTranslate2's |Y|^p that ranks outputs of about `length` tokens as we
+    do. Its search finds the same hypotheses as ours (candidates by log P; a sentence ends once
+    beam_size have finished), but where more than beam_size have finished by its last step it
+    keeps the beam_size best by log P / |Y|^p before we rank them (docs/interop.md). Our
+    |Y|^alpha is that exactly; GNMT's ((5 + |Y|) / 6)^alpha grows near |Y| = L as
+    |Y|^(alpha L / (5 + L)), so p is that at the batch's source length (outputs of about the
+    sources' length). alpha 0: NO_PENALTY."""
+    if cfg.length_normalization == "power":
+        p = cfg.length_penalty
+    else:
+        p = cfg.length_penalty * length / (5 + length)
+    return p or NO_PENALTY
+
+
 def _compute_type(cfg: DecodeConfig) -> str:
     """Our precision switches as CTranslate2's compute type (default: the export's)."""
     if cfg.bf16 == "auto":
@@ -259,7 +281,7 @@ class CTranslate2Translator(Translator):
              ) -> list[list[tuple[list[str], float]]]:
         """(hypothesis, log P) of each sentence, at most `cap` tokens, EOS kept where they
         ended. log P is the search's: renormalised around the banned padding."""
-        options = self._options(cfg)
+        options = self._options(cfg, statistics.median(map(len, tokens)))
         outs = self.engine.translate_batch(
             tokens, max_batch_size=len(tokens), max_decoding_length=cap,
             min_decoding_length=max(cfg.min_length - 1, 0), max_input_length=0,
@@ -270,19 +292,16 @@ class CTranslate2Translator(Translator):
         return [[(h, score * max(len(h), 1) ** lp) for h, score in zip(o.hypotheses, o.scores,
                                                                       strict=True)] for o in outs]
 
-    def _options(self, cfg: DecodeConfig) -> dict[str, Any]:
+    def _options(self, cfg: DecodeConfig, length: float) -> dict[str, Any]:
+        """CTranslate2's options for a batch whose sources have `length` tokens (median)."""
         if cfg.strategy == "sample":
             _ctranslate2().set_random_seed(cfg.seed)
             return {"beam_size": 1, "num_hypotheses": 1, "length_penalty": 1.0,
                     "sampling_topk": cfg.top_k, "sampling_topp": cfg.top_p,
                     "sampling_temperature": cfg.temperature}
         beam = cfg.beam_size if cfg.strategy == "beam" else 1
-        # all beam_size finished hypotheses, which we rank. Where more finish at the last step
-        # CTranslate2 keeps the best beam_size by log P / |Y|^lp: with our |Y|^alpha, lp = alpha
-        # keeps the hypothesis we rank first; GNMT's penalty has no equal there, alpha is the
-        # nearest. lp 0 would change when the beam stops (at the first finished top beam).
-        lp = cfg.length_penalty or 1.0
-        return {"beam_size": beam, "num_hypotheses": beam, "length_penalty": lp}
+        return {"beam_size": beam, "num_hypotheses": beam,
+                "length_penalty": ct2_length_penalty(cfg, length)}
 
     def _ranked(self, hyps: list[tuple[list[str], float]], cfg: DecodeConfig
                 ) -> list[Translation]:
