@@ -376,6 +376,23 @@ def test_a_checkpoint_older_than_an_option_resumes_while_the_option_stays_off():
     assert saved_on["train"]["rdrop_alpha"] == 5.0  # the saved value wins
 
 
+def test_a_recipe_run_from_before_the_cooldown_share_resumes_under_it():
+    # multi30k's runs saved lr_cooldown_minutes=20 of 88; the preset now says a share 0.2273
+    from transformer_mt.config import load_config
+    from transformer_mt.training.resume import (
+        brought_up_to_date,
+        fingerprint,
+        fingerprint_differences,
+    )
+
+    old = fingerprint(load_config("multi30k", ["train.lr_cooldown_share=0",
+                                               "train.lr_cooldown_minutes=20"]), META)
+    old["train"].pop("lr_cooldown_share", None)
+    now = fingerprint(load_config("multi30k"), META)
+    assert fingerprint_differences(brought_up_to_date(old, "state.json"), now) == []
+    assert load_config("multi30k").train.cooldown_minutes == pytest.approx(20, abs=0.01)
+
+
 def test_a_checkpoint_with_a_retired_option_resumes_only_at_its_kept_value(monkeypatch):
     # an option removed after the checkpoint was written: its kept value is what the code does
     # now, so it is no difference; another value is one (a refusal unless --ignore-mismatch)

@@ -15,10 +15,13 @@ from .distributed import World
 
 log = logging.getLogger(__name__)
 
-# Train settings that may change when a run is resumed: budgets, cadence, device and threads.
+# Train settings that may change when a run is resumed: budgets, cadence, device and threads,
+# and how the cooldown that ends a budget is given (a timed one, once planned, is kept in the
+# run's state; a run of the recipes from before lr_cooldown_share resumes under it).
 RESUMABLE_TRAIN_KEYS = {"max_steps", "max_epochs", "max_minutes", "log_every", "valid_every",
                         "valid_bleu", "save_every", "save_every_minutes", "keep_last", "threads",
-                        "device", "compile", "patience", "max_nonfinite"}
+                        "device", "compile", "patience", "max_nonfinite", "lr_cooldown_steps",
+                        "lr_cooldown_minutes", "lr_cooldown_share"}
 
 # What an exact resume reads from a checkpoint's state.json besides the random states (which
 # load_checkpoint checks). A checkpoint that lacks one is refused, naming it.
