@@ -8,7 +8,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from conftest import random_batch, tiny_config, tiny_model
 from transformer_mt import Transformer, load_config
-from transformer_mt.config import TrainConfig
+from transformer_mt.config import ModelConfig, TrainConfig
 from transformer_mt.model.attention import padding_mask
 from transformer_mt.model.dropout import Dropout, keep_mask
 from transformer_mt.model.stats import count_parameters, forward_flops_per_token, model_stats
@@ -174,8 +174,57 @@ def test_positions_beyond_table_are_an_error():
         tiny_model()(torch.ones(1, 129, dtype=torch.long), torch.full((1, 2), 2))
 
 
+INIT_SHAPES = [  # (overrides of the paper's base config): d_k = d_model / h and not
+    dict(d_model=256, n_heads=4, d_ff=1024, n_encoder_layers=2, n_decoder_layers=2),
+    dict(d_model=256, n_heads=4, d_ff=512, n_encoder_layers=1, n_decoder_layers=2,
+         norm_first=True, weight_tying="none", attention_bias=True, output_bias=True),
+    dict(d_model=192, n_heads=3, d_k=32, d_v=48, d_ff=384, n_encoder_layers=2,
+         n_decoder_layers=1, positional="learned", weight_tying="decoder"),
+]
+
+
+@pytest.mark.parametrize("overrides", INIT_SHAPES)
+def test_a_fresh_model_has_the_papers_code_initialisation(overrides):
+    """Each parameter group's distribution from the formulas: Glorot uniform U(-a, a) with
+    a = gain sqrt(6 / (fan_in + fan_out)), variance a^2 / 3, for every linear map, gain
+    1/sqrt(2) for W^Q, W^K, W^V (tensor2tensor v1.0's one fused matrix for the three: variance
+    1 / (2 d_model) where h d_k = d_model), 1 elsewhere; N(0, 1 / d_model) for embeddings;
+    zero biases; LayerNorm's gain 1 and bias 0."""
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=3000, max_positions=256, **overrides)
+    model = Transformer(cfg)
+    assert cfg.qkv_init_gain == 2**-0.5
+    if cfg.d_k == cfg.d_model // cfg.n_heads:
+        attention = model.encoder.layers[0].self_attn
+        for w in (attention.w_q, attention.w_k, attention.w_v):
+            assert 2 / (w.in_features + w.out_features) / 2 == 1 / (2 * cfg.d_model)
+    checked = set()
+    for module_name, module in model.named_modules():
+        for name, p in module.named_parameters(recurse=False):
+            if id(p) in checked:
+                continue  # a tied matrix: checked where it was first met
+            checked.add(id(p))
+            where, w = f"{module_name}.{name}", p.detach().double()
+            if isinstance(module, torch.nn.LayerNorm):
+                assert torch.all(w == (1.0 if name == "weight" else 0.0)), where
+            elif name == "bias":
+                assert torch.all(w == 0), where
+            elif isinstance(module, torch.nn.Embedding):
+                assert abs(w.var().item() * cfg.d_model - 1) < 0.05, where
+                assert abs(w.mean().item()) < 0.05 * cfg.d_model**-0.5, where
+            else:
+                assert isinstance(module, torch.nn.Linear), where
+                gain = cfg.qkv_init_gain if module_name.split(".")[-1] in (
+                    "w_q", "w_k", "w_v") else 1.0
+                bound = gain * math.sqrt(6 / (module.in_features + module.out_features))
+                assert w.abs().max().item() <= bound * (1 + 1e-6), where
+                assert w.abs().max().item() > 0.99 * bound, where  # not a narrower draw
+                assert abs(w.var().item() / (bound**2 / 3) - 1) < 0.05, where
+    assert len(checked) == len(list(model.parameters()))
+
+
 def test_qkv_init_gain_scales_only_the_query_key_value_projections():
-    plain, scaled = tiny_model(), tiny_model(qkv_init_gain=2**-0.5)  # same seed; fairseq init
+    plain, scaled = tiny_model(qkv_init_gain=1.0), tiny_model()  # same seed; the default 1/sqrt(2)
     qkv = (".w_q.", ".w_k.", ".w_v.")
     n_scaled = 0
     for (name, a), (_, b) in zip(plain.named_parameters(), scaled.named_parameters(), strict=True):

@@ -352,8 +352,8 @@ META = {"vocab_sha256": "v", "inputs": {"train": {"src_sha256": "s", "tgt_sha256
 
 
 def test_a_checkpoint_older_than_an_option_resumes_while_the_option_stays_off():
-    # a fingerprint written before train.rdrop_alpha and model.qkv_init_gain existed: their
-    # defaults are how its code behaved, so they match; turned on, they are differences
+    # a fingerprint written before train.rdrop_alpha existed: its default is how its code
+    # behaved, so it matches; turned on, it is a difference
     from transformer_mt.training.resume import (
         brought_up_to_date,
         fingerprint,
@@ -361,19 +361,38 @@ def test_a_checkpoint_older_than_an_option_resumes_while_the_option_stays_off():
     )
 
     old = fingerprint(config(10), META)
-    del old["train"]["rdrop_alpha"], old["model"]["qkv_init_gain"]
+    del old["train"]["rdrop_alpha"]
     assert fingerprint_differences(old, fingerprint(config(10), META)) == [
-        "model.qkv_init_gain (checkpoint: None, now: 1.0)",
         "train.rdrop_alpha (checkpoint: None, now: 0.0)"]
     upgraded = brought_up_to_date(old, "state.json")
     assert fingerprint_differences(upgraded, fingerprint(config(20), META)) == []
-    on = fingerprint(config(10, "train.rdrop_alpha=5", "model.qkv_init_gain=0.7071"), META)
+    on = fingerprint(config(10, "train.rdrop_alpha=5"), META)
     assert fingerprint_differences(upgraded, on) == [
-        "model.qkv_init_gain (checkpoint: 1.0, now: 0.7071)",
         "train.rdrop_alpha (checkpoint: 0.0, now: 5.0)"]
     saved_on = fingerprint(config(10, "train.rdrop_alpha=5"), META)
     saved_on = brought_up_to_date(saved_on, "state.json")
     assert saved_on["train"]["rdrop_alpha"] == 5.0  # the saved value wins
+
+
+def test_a_run_begun_with_another_init_gain_resumes_exactly_and_keeps_its_record(
+        prepared_corpus, tmp_path):
+    # runs begun before the paper's code's gain 1/sqrt(2) became the default (gain 1; older
+    # fingerprints lack the key) resume under it: the gain only initialises a fresh model
+    from transformer_mt.training.resume import brought_up_to_date, fingerprint
+
+    old = fingerprint(config(10), META)
+    old["model"]["qkv_init_gain"] = 1.0  # as a checkpoint of the last release recorded it
+    assert brought_up_to_date(old, "state.json") == fingerprint(config(10), META)
+    run, straight = tmp_path / "run", tmp_path / "straight"
+    train(config(5, "model.qkv_init_gain=1.0"), data_dir=prepared_corpus, run_dir=run)
+    train(config(10), data_dir=prepared_corpus, run_dir=run)  # the default gain now
+    train(config(10, "model.qkv_init_gain=1.0"), data_dir=prepared_corpus, run_dir=straight)
+    assert weights_sha256(run) == weights_sha256(straight)
+    for record in (run / "config.json", checkpoint_dirs(run)[-1] / "config.json"):
+        assert json.loads(record.read_text())["model"]["qkv_init_gain"] == 1.0, record
+    fresh = tmp_path / "fresh"  # a fresh run has the default
+    train(config(5), data_dir=prepared_corpus, run_dir=fresh)
+    assert json.loads((fresh / "config.json").read_text())["model"]["qkv_init_gain"] == 2**-0.5
 
 
 def test_a_recipe_run_from_before_the_cooldown_share_resumes_under_it():

@@ -82,10 +82,13 @@ class ModelConfig:
     activation: Literal["relu", "gelu", "silu"] = "relu"  # ReLU as in §3.3 eq. (2)
     attention_bias: bool = False  # the paper's projections W^Q, W^K, W^V, W^O have no bias
     layer_norm_eps: float = 1e-6  # tensor2tensor's value; the paper does not state one
-    # Glorot-uniform gain of W^Q, W^K, W^V (the paper states no initialisation): 1 as
-    # tensor2tensor; fairseq uses 1/sqrt(2), which post-norm at high learning rates needs
-    # (benchmarks/results/multi30k-recipe-sweep-gpu).
-    qkv_init_gain: float = 1.0
+    # Glorot-uniform gain of W^Q, W^K, W^V. The paper states no initialisation; its code,
+    # tensor2tensor at the release (v1.0, June 2017), projected self-attention's q, k, v with
+    # one unit-gain Glorot matrix of width 3 d_model: variance 1 / (2 d_model) each, Glorot with
+    # gain 1/sqrt(2) for separate projections (as fairseq keeps it and PyTorch's fused
+    # nn.MultiheadAttention has it). Gain 1 (tensor2tensor's split of November 2017) stalls
+    # post-norm at small sizes (benchmarks/results/multi30k-recipe-sweep-gpu). docs/faithful.md.
+    qkv_init_gain: float = 2**-0.5
     # False: post-norm LayerNorm(x + Sublayer(x)) as in the paper.
     # True is a deviation (pre-norm, with a final LayerNorm on each stack).
     norm_first: bool = False

@@ -363,10 +363,11 @@ class Transformer(nn.Module):
             self.generator.weight = tgt_tokens.weight
 
     def init_weights(self) -> None:
-        """The paper does not state an initialisation. Like tensor2tensor and fairseq: Glorot
-        uniform for projections (W^Q, W^K, W^V times cfg.qkv_init_gain), zero biases,
-        N(0, d_model^-0.5) for embeddings (so that scaled by sqrt(d_model) they have unit
-        variance)."""
+        """The paper does not state an initialisation; this is its code's (tensor2tensor v1.0)
+        and fairseq's: Glorot uniform for projections (W^Q, W^K, W^V with gain
+        cfg.qkv_init_gain, 1/sqrt(2): one fused matrix for the three, ModelConfig says why),
+        zero biases, N(0, d_model^-0.5) for embeddings (so that scaled by sqrt(d_model) they
+        have unit variance), LayerNorm's gain 1 and bias 0."""
         for module in self.modules():
             if isinstance(module, nn.Linear):
                 nn.init.xavier_uniform_(module.weight)

@@ -35,7 +35,7 @@ from .fine_tune import check_init_data
 from .metrics import MetricsLog, plot_curves, resident_mib
 from .precision import auto_bf16, precision
 from .progress import Progress
-from .resume import new_state, resume
+from .resume import initialised_as, new_state, resume
 from .schedule import cooldown_steps, learning_rate, plan_cooldown, replan_cooldown
 from .step import apply_update, compiled, first_nonfinite_gradient, forward_backward, make_optimizer
 from .validation import validate, validation_bleu
@@ -286,6 +286,8 @@ class Run:
         else:
             cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model,
                                                                      vocab_size=len(vocab)))
+        latest = latest_checkpoint(run_dir)
+        cfg = initialised_as(cfg, latest)  # a resumed run records how its weights began
         if cfg.train.bpe_dropout and not isinstance(vocab, Vocabulary):
             raise ConfigError(f"train.bpe_dropout: {data_dir}'s vocabulary is not one "
                               "SentencePiece model (BPE-dropout resegments with it)")
@@ -315,7 +317,6 @@ class Run:
         state = new_state(cfg, meta, world)
         if world.is_main:
             clean_temporaries(run_dir)
-        latest = latest_checkpoint(run_dir)
         if latest is not None:
             state = resume(latest, model, optimizer, scaler, state,
                            ignore_mismatch=ignore_mismatch, world=world)

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 from pathlib import Path
 
@@ -10,7 +12,7 @@ import torch
 
 from ..config import Config, ModelConfig, TrainConfig, config_to_dict, without_retired
 from ..model.transformer import Transformer
-from .checkpoint import STATE_FILE, load_checkpoint, read_state
+from .checkpoint import CONFIG_FILE, STATE_FILE, load_checkpoint, read_state
 from .distributed import World
 
 log = logging.getLogger(__name__)
@@ -30,6 +32,10 @@ STATE_KEYS = ("step", "epoch", "batch_in_epoch", "tokens", "shuffle_seed", "best
               "grad_scaler", "world_size", "train_seconds", "fingerprint")
 
 
+# Model settings that only initialise a fresh model (a resumed one has its checkpoint's
+# weights), with the value a checkpoint written before the setting existed began with.
+INIT_ONLY_MODEL_KEYS = {"qkv_init_gain": 1.0}
+
 SINGLE_PROCESS = World()
 
 
@@ -44,7 +50,9 @@ class ResumeError(ValueError):
 def fingerprint(cfg: Config, meta: dict) -> dict:
     """What a resumed run must share with its checkpoint: the model, the optimisation
     settings, the vocabulary and the data (sha256 of the prepared inputs)."""
-    return {"model": config_to_dict(cfg.model), "train": optimisation_settings(cfg.train),
+    return {"model": {k: v for k, v in config_to_dict(cfg.model).items()
+                      if k not in INIT_ONLY_MODEL_KEYS},
+            "train": optimisation_settings(cfg.train),
             "vocab_sha256": meta["vocab_sha256"],
             "data_sha256": {name: [f["src_sha256"], f["tgt_sha256"]]
                             for name, f in meta["inputs"].items()}}
@@ -63,8 +71,22 @@ def brought_up_to_date(saved: dict, source: str) -> dict:
     saved = without_retired(saved, source)
     defaults = {"model": config_to_dict(ModelConfig()),
                 "train": optimisation_settings(TrainConfig())}
-    return saved | {section: values | saved.get(section, {})
-                    for section, values in defaults.items()}
+    upgraded = saved | {section: values | saved.get(section, {})
+                        for section, values in defaults.items()}
+    upgraded["model"] = {k: v for k, v in upgraded["model"].items()
+                         if k not in INIT_ONLY_MODEL_KEYS}
+    return upgraded
+
+
+def initialised_as(cfg: Config, checkpoint: Path | None) -> Config:
+    """`cfg` with the initialisation settings (INIT_ONLY_MODEL_KEYS) that the run resumed
+    from `checkpoint` began with, so that its records say how its weights were initialised
+    (a setting the checkpoint lacks: the value its code had); `cfg` for a fresh run."""
+    if checkpoint is None:
+        return cfg
+    saved = json.loads((checkpoint / CONFIG_FILE).read_text(encoding="utf-8"))["model"]
+    began = {k: saved.get(k, before) for k, before in INIT_ONLY_MODEL_KEYS.items()}
+    return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, **began))
 
 
 def fingerprint_differences(old: dict, new: dict, prefix: str = "") -> list[str]:
