@@ -5,9 +5,12 @@
 # Resumable: run it again and each run goes on from its last checkpoint.
 #   benchmarks/multi30k/norm_at_equal_steps.sh DATA_DIR OUT SHAPE [STEPS] [SEEDS]
 # SHAPE: tiny (4+4, d_model 128, the recipe's) or base6 (6+6, d_model 256, d_ff 1024, 8 heads:
-# Table 3's base shape at half width)
+# Table 3's base shape at half width). EXTRA="--train.lr_scale=1" TAG=lr1: more overrides, and
+# a tag in the runs' names.
 set -euo pipefail
 DATA=$1 OUT=$2 SHAPE=$3 STEPS=${4:-4000} SEEDS=${5:-"1 2"}
+read -r -a EXTRA <<< "${EXTRA:-}"
+TAG=${TAG:+-$TAG}
 case $SHAPE in
   tiny) MODEL=() ;;
   base6) MODEL=(--model.n_encoder_layers=6 --model.n_decoder_layers=6 --model.d_model=256
@@ -15,12 +18,12 @@ case $SHAPE in
   *) echo "SHAPE: tiny or base6" >&2; exit 2 ;;
 esac
 run() {  # NORM_FIRST SEED CORE
-  local dir="$OUT/$SHAPE-$([ "$1" = true ] && echo pre || echo post)norm-seed$2"
+  local dir="$OUT/$SHAPE-$([ "$1" = true ] && echo pre || echo post)norm$TAG-seed$2"
   OMP_NUM_THREADS=1 taskset -c "$3" transformer-mt train --config multi30k --data "$DATA" \
     --run-dir "$dir" --model.norm_first="$1" --model.qkv_init_gain=0.7071067811865476 \
     "${MODEL[@]}" --train.seed="$2" --train.max_minutes=0 --train.lr_cooldown_share=0 \
     --train.max_steps="$STEPS" --train.valid_every=500 --train.save_every=500 \
-    --train.keep_last=2 --train.threads=1 > "$dir.log" 2>&1
+    --train.keep_last=2 --train.threads=1 "${EXTRA[@]}" > "$dir.log" 2>&1
 }
 mkdir -p "$OUT"
 for seed in $SEEDS; do
