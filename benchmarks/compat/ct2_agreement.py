@@ -24,7 +24,7 @@ import torch
 from transformer_mt import Translator
 from transformer_mt.evaluation.bleu import read_text
 from transformer_mt.hardware.cpu_speed import cpu_model
-from transformer_mt.inference.search import length_norm
+from transformer_mt.inference.search import length_norm, max_output_lengths
 from transformer_mt.interop.ct2 import CTranslate2Translator, export_ctranslate2
 
 
@@ -53,16 +53,13 @@ def compare(ours: Translator, ct2: CTranslate2Translator, sources: list[list[int
                        "ours_score": score["ours"], "ct2_score": score["ct2"],
                        "score_gap": score["ours"] - score["ct2"],
                        "ct2_reported_score": b[0].score, "ours_reported_score": a[0].score,
-                       "ct2_at_cap": len(b[0].tokens) + 1 >= ct2_cap(ours, sources[i], cfg)})
+                       "ct2_at_cap": len(b[0].tokens) + 1 >= int(max_output_lengths(
+                           torch.tensor([sources[i]]), ours.model.cfg.pad_id, cfg))})
     return {"sentences": len(sources), "identical": len(sources) - len(differ),
             "ct2_longer": sum(d["ct2_len"] > d["ours_len"] for d in differ),
             "ct2_shorter": sum(d["ct2_len"] < d["ours_len"] for d in differ),
             "largest_score_gap": max((abs(d["score_gap"]) for d in differ), default=0.0),
             "differ": differ}
-
-
-def ct2_cap(ours: Translator, source: list[int], cfg) -> int:
-    return len(source) + cfg.max_length_offset if not cfg.max_length else cfg.max_length
 
 
 def main() -> None:

@@ -145,7 +145,7 @@ class Translator:
         `cfg` (the server decodes each batch with its requests' settings). An empty or blank
         sentence (no pieces, EOS alone) is not decoded: its n-best list is empty, its text ""
         (`best_text`), as the server answers it."""
-        order = sorted((i for i, ids in enumerate(sources) if len(ids) > 1),
+        order = sorted((i for i, ids in enumerate(sources) if not has_no_pieces(ids)),
                        key=lambda i: len(sources[i]))
         results: list[list[Translation]] = [[] for _ in sources]
         size = cfg.batch_size
@@ -223,6 +223,12 @@ class Translator:
     def translate(self, sentences: Sequence[str]) -> list[str]:
         """The best translation of each sentence ("" for an empty or blank one)."""
         return [best_text(nbest) for nbest in self.translate_nbest(sentences)]
+
+
+def has_no_pieces(ids: Sequence[int]) -> bool:
+    """Whether encoded sentence `ids` (`encode_source`) is EOS alone: an empty or blank
+    sentence, translated as "" without decoding (by `translate_ids` and the server alike)."""
+    return len(ids) == 1
 
 
 def best_text(nbest: Sequence[Translation]) -> str:

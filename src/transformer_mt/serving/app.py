@@ -25,7 +25,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..config import ServeConfig, config_to_dict
 from ..inference.alignment import AlignmentChoice, hard_alignment
-from ..inference.translator import Translation, Translator
+from ..inference.translator import Translation, Translator, has_no_pieces
 from ..model.stats import count_parameters
 from ..model.transformer import Transformer
 from .batcher import Batcher, DecodingFailed, Draining, QueueFull, request_settings
@@ -255,13 +255,14 @@ def create_app(translator: Translator, cfg: ServeConfig, *,
         check_sentences(sentences, cfg)
         sources, where = [], []
         for i, sentence in enumerate(sentences):
-            if sentence.strip():
-                try:
-                    sources.append(translator.encode_source(sentence, i, settings))
-                except ValueError as err:
-                    raise Problem(422, str(err), field=f"text[{i}]",
-                                  limit=translator.model.cfg.max_positions
-                                  - settings.max_length_offset) from None
+            try:
+                ids = translator.encode_source(sentence, i, settings)
+            except ValueError as err:
+                raise Problem(422, str(err), field=f"text[{i}]",
+                              limit=translator.model.cfg.max_positions
+                              - settings.max_length_offset) from None
+            if not has_no_pieces(ids):
+                sources.append(ids)
                 where.append(i)
         results: list[list[Translation]] = [[] for _ in sentences]
         waited = decoded = 0.0
