@@ -14,6 +14,7 @@ from transformer_mt.training import loop as train_module
 from transformer_mt.training.checkpoint import checkpoint_dirs, manifest_problem
 from transformer_mt.training.loop import TrainingDiverged, train
 from transformer_mt.training.metrics import read_metrics
+from transformer_mt.training.schedule import learning_rate
 
 OVERRIDES = ["train.max_tokens=800", "train.warmup_steps=20", "train.log_every=1",
              "train.valid_every=1000000", "train.valid_bleu=false", "train.save_every=1",
@@ -105,3 +106,46 @@ def test_patience_stops_after_validations_without_improvement(prepared_corpus, t
                   run_dir=tmp_path / "run")
     assert (state["step"], state["best_step"], state["bad_validations"]) == (8, 4, 2)
     assert state["best_score"] == -2.5
+
+
+def test_patience_can_start_the_cooldown_that_ends_the_run(prepared_corpus, tmp_path,
+                                                           monkeypatch):
+    # validations every 2 steps; the best at step 4, none better at 6 and 8: patience (2) is
+    # out at step 8, and the rate cools down over 8 more steps (a share 0.5 of the run) instead
+    # of the run stopping (nor does it wait for the time budget's cooldown, the last 500 of
+    # 1,000 minutes); its two saves fall after each half of the cooldown, save_every's (3)
+    # before it
+    def validations(*losses):
+        scores = iter(losses)
+        monkeypatch.setattr(train_module, "validate",
+                            lambda *a, **k: {"loss": next(scores), "nll": 0.0, "ppl": 1.0})
+
+    def config(steps):
+        return load_config("tiny", [*OVERRIDES, "train.valid_every=2", "train.patience=2",
+                                    f"train.max_steps={steps}", "train.max_minutes=1000",
+                                    "train.patience_cooldown=true",
+                                    "train.lr_cooldown_share=0.5", "train.cooldown_saves=2",
+                                    "train.save_every=3"])
+
+    validations(3.0, 2.5, 2.6, 2.7, 2.8, 2.9, 3.0, 3.1)
+    cfg = config(100)
+    state = train(cfg, data_dir=prepared_corpus, run_dir=tmp_path / "run")
+    assert (state["step"], state["best_step"], state["cooldown"]) == (16, 4, [9, 16])
+    assert [int(p.name.split("_")[1]) for p in checkpoint_dirs(tmp_path / "run")] == \
+        [3, 6, 12, 16]
+    rates = {row["step"]: row["lr"] for row in read_metrics(tmp_path / "run")
+             if row["kind"] == "train"}
+    for step in range(1, 17):
+        of_eq3 = min(1.0, (16 - step + 1) / 8)
+        assert rates[step] == pytest.approx(learning_rate(step, cfg.train, cfg.model.d_model)
+                                            * of_eq3)
+    # stopped inside the cooldown (on max_steps) and resumed: the plan comes from the
+    # checkpoint, and the run ends on the same step with the same weights
+    validations(3.0, 2.5, 2.6, 2.7, 2.8)
+    train(config(10), data_dir=prepared_corpus, run_dir=tmp_path / "again")
+    validations(2.9, 3.0, 3.1)
+    resumed = train(cfg, data_dir=prepared_corpus, run_dir=tmp_path / "again")
+    assert (resumed["step"], resumed["cooldown"]) == (16, [9, 16])
+    last = [checkpoint_dirs(run)[-1] / ck.WEIGHTS_FILE for run in (tmp_path / "run",
+                                                                   tmp_path / "again")]
+    assert last[0].read_bytes() == last[1].read_bytes()

@@ -12,9 +12,11 @@ from transformer_mt.cli.main import main
 from transformer_mt.config import TrainConfig, load_config
 from transformer_mt.training.loss import label_smoothed_nll
 from transformer_mt.training.schedule import (
+    cooldown_save_due,
     cooldown_steps,
     learning_rate,
     noam_lr,
+    patience_cooldown,
     plan_cooldown,
     replan_cooldown,
 )
@@ -50,6 +52,40 @@ def test_cooldown_falls_linearly_to_the_last_step_and_is_off_by_default():
                 {"lr_cooldown_steps": 10, "max_steps": 0, "max_minutes": 5.0}):
         with pytest.raises(ValueError, match="lr_cooldown_steps"):
             TrainConfig(**({"max_steps": 1000} | bad))
+
+
+def test_cooldown_saves_spread_evenly_over_the_cooldown():
+    # the last 200 of 1,000 steps cool down; 4 saves: after each quarter of them, whatever
+    # save_every says, which keeps its cadence before the cooldown (None: not for this rule)
+    tcfg = TrainConfig(max_steps=1000, lr_cooldown_steps=200, cooldown_saves=4, save_every=30)
+    assert [s for s in range(1, 1001) if cooldown_save_due(tcfg, {"step": s})] == \
+        [850, 900, 950, 1000]
+    assert all(cooldown_save_due(tcfg, {"step": s}) is None for s in (1, 600, 800))
+    # a timed cooldown re-planned mid-way (its line's first step is fractional): the saves
+    # follow the plan of the moment, the last on its last step
+    replanned = {"cooldown": [700.5, 1300]}
+    saves = [s for s in range(701, 1301) if cooldown_save_due(tcfg, replanned | {"step": s})]
+    assert saves == [850, 1000, 1150, 1300]
+    assert cooldown_save_due(TrainConfig(max_steps=1000, lr_cooldown_steps=200),
+                             {"step": 900}) is None
+    with pytest.raises(ValueError, match="cooldown_saves"):
+        TrainConfig(cooldown_saves=6, keep_last=5)
+
+
+def test_patience_cooldown_is_its_share_of_the_run_from_where_patience_ran_out():
+    tcfg = TrainConfig(max_steps=100_000, patience=3, patience_cooldown=True,
+                       lr_cooldown_share=0.2)
+    # a cooldown of 20 % of the run: a quarter of the 4,000 steps before it
+    assert patience_cooldown(tcfg, {"step": 4000}) == [4001, 5000]
+    # it replaces the step budget's own cooldown (the last 20,000 steps) until that begins
+    assert cooldown_steps(tcfg, {}) == (80001, 100_000)
+    assert cooldown_steps(tcfg, {"cooldown": [4001, 5000]}) == (4001, 5000)
+    assert patience_cooldown(tcfg, {"step": 80_000}) is None
+    assert patience_cooldown(tcfg, {"step": 4500, "cooldown": [4001, 5000]}) is None
+    with pytest.raises(ValueError, match="patience_cooldown"):
+        TrainConfig(patience=3, patience_cooldown=True)
+    with pytest.raises(ValueError, match="patience_cooldown"):
+        TrainConfig(lr_cooldown_share=0.2, patience_cooldown=True)
 
 
 def test_timed_cooldown_is_planned_from_the_pace_when_its_minutes_are_left():

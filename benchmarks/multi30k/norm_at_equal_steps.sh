@@ -4,8 +4,8 @@
 # cooldown, validation every 500 steps; two single-thread runs at a time (one per core).
 # Resumable: run it again and each run goes on from its last checkpoint.
 #   benchmarks/multi30k/norm_at_equal_steps.sh DATA_DIR OUT SHAPE [STEPS] [SEEDS]
-# SHAPE: tiny (4+4, d_model 128, the recipe's) or base6 (6+6, d_model 256, d_ff 1024, 8 heads:
-# Table 3's base shape at half width). EXTRA="--train.lr_scale=1" TAG=lr1: more overrides, and
+# SHAPE: tiny (4+4, d_model 128, the recipe's) or base6 (6+6, d_model 128, d_ff 512, 8 heads:
+# Table 3's base shape at a quarter of its width, d_ff = 4 d_model as there). EXTRA="--train.lr_scale=1" TAG=lr1: more overrides, and
 # a tag in the runs' names.
 set -euo pipefail
 DATA=$1 OUT=$2 SHAPE=$3 STEPS=${4:-4000} SEEDS=${5:-"1 2"}
@@ -13,8 +13,8 @@ read -r -a EXTRA <<< "${EXTRA:-}"
 TAG=${TAG:+-$TAG}
 case $SHAPE in
   tiny) MODEL=() ;;
-  base6) MODEL=(--model.n_encoder_layers=6 --model.n_decoder_layers=6 --model.d_model=256
-                --model.d_ff=1024 --model.n_heads=8) ;;
+  base6) MODEL=(--model.n_encoder_layers=6 --model.n_decoder_layers=6 --model.d_model=128
+                --model.d_ff=512 --model.n_heads=8) ;;
   *) echo "SHAPE: tiny or base6" >&2; exit 2 ;;
 esac
 run() {  # NORM_FIRST SEED CORE

@@ -312,7 +312,19 @@ class TrainConfig:
     save_every: int = 1_000  # steps
     save_every_minutes: float = 0.0  # 0: only by steps
     keep_last: int = 5  # checkpoints kept (§6.1 averages the last 5 for base, 20 for big)
+    # Not in the paper: during the rate's cooldown, this many checkpoints spread evenly over
+    # it (one each time another 1/cooldown_saves of its steps has passed, the last on its last
+    # step) in place of save_every's and save_every_minutes', so that `average --last N` (N <=
+    # cooldown_saves) averages the end of training, not steps from before the rate fell;
+    # 0: the same cadence throughout.
+    cooldown_saves: int = 0
     patience: int = 0  # stop after this many validations without a better score; 0: never
+    # Not in the paper: when train.patience runs out, start the rate's cooldown instead of
+    # stopping: it falls linearly over lr_cooldown_share / (1 - lr_cooldown_share) of the
+    # steps taken so far (the cooldown is that share of the whole run) and the run ends with
+    # it, so that runs end where their scores stop improving whatever the machine's speed
+    # (train.max_minutes then only bounds the run).
+    patience_cooldown: bool = False
     # A step whose loss or gradient is not finite skips its update; this many in a row stop the
     # run (with a checkpoint of the last finite parameters).
     max_nonfinite: int = 10
@@ -349,6 +361,15 @@ class TrainConfig:
             raise ValueError("train.lr_cooldown_share is a share of train.max_minutes or "
                              f"train.max_steps, in [0, 1), got {self.lr_cooldown_share} with "
                              f"max_minutes {self.max_minutes}, max_steps {self.max_steps}")
+        if not 0 <= self.cooldown_saves <= self.keep_last:
+            raise ValueError(f"train.cooldown_saves must be in [0, train.keep_last] (the "
+                             f"checkpoints the cooldown saves are all kept), got "
+                             f"{self.cooldown_saves} with keep_last {self.keep_last}")
+        if self.patience_cooldown and not (self.patience > 0 and self.lr_cooldown_share):
+            raise ValueError("train.patience_cooldown starts a cooldown of "
+                             "train.lr_cooldown_share of the run when train.patience runs "
+                             f"out: set both (got patience {self.patience}, "
+                             f"lr_cooldown_share {self.lr_cooldown_share})")
         if sum(bool(x) for x in (self.lr_cooldown_steps, self.lr_cooldown_minutes,
                                  self.lr_cooldown_share)) > 1:
             raise ValueError("train.lr_cooldown_steps, train.lr_cooldown_minutes and "

@@ -36,7 +36,14 @@ from .metrics import MetricsLog, plot_curves, resident_mib
 from .precision import auto_bf16, precision
 from .progress import Progress
 from .resume import initialised_as, new_state, resume
-from .schedule import cooldown_steps, learning_rate, plan_cooldown, replan_cooldown
+from .schedule import (
+    cooldown_save_due,
+    cooldown_steps,
+    learning_rate,
+    patience_cooldown,
+    plan_cooldown,
+    replan_cooldown,
+)
 from .step import apply_update, compiled, first_nonfinite_gradient, forward_backward, make_optimizer
 from .validation import validate, validation_bleu
 
@@ -102,12 +109,14 @@ def run_loop(run: Run) -> dict:
             if state["step"] % tcfg.valid_every == 0:
                 run.validate()
             due = clock.check(state)
-            cooldown.update(state, due.seconds, log_it=world.is_main)
+            cooldown.update(state, due, log_it=world.is_main)
             stop = due.stop or budget.spent(
                 state, epoch_finished=state["batch_in_epoch"] >= len(batches))
             if stop and run.validated_step != state["step"]:
                 run.validate()  # the last step's scores, in its checkpoint's state
-            if stop or state["step"] % tcfg.save_every == 0 or due.save:
+            in_cooldown = cooldown_save_due(tcfg, state)
+            if stop or (state["step"] % tcfg.save_every == 0 or due.save
+                        if in_cooldown is None else in_cooldown):
                 run.save()
                 clock.saved()
         if state["batch_in_epoch"] >= len(batches):
@@ -115,7 +124,7 @@ def run_loop(run: Run) -> dict:
             state["batch_in_epoch"] = 0
             stop = stop or budget.spent(state)  # a resumed run whose last epoch had ended
     run.progress.close()
-    if budget.out_of_patience(state):
+    if budget.out_of_patience(state) and not tcfg.patience_cooldown:
         log.info("stopping: no better validation score for %d validations (best at step %s)",
                  tcfg.patience, state["best_step"])
     cooldown.warn_if_unfinished(state)
@@ -146,8 +155,9 @@ class Budget:
 
 @dataclass(frozen=True)
 class Due:
-    stop: bool  # out of time, or of patience
+    stop: bool  # out of time, or of patience (without train.patience_cooldown)
     save: bool  # train.save_every_minutes have passed since the last save
+    out_of_patience: bool
     seconds: float  # train seconds so far, the ranks' mean
 
 
@@ -173,33 +183,42 @@ class Clock:
         out_of_time = bool(tcfg.max_minutes) and seconds >= 60 * tcfg.max_minutes
         minutes_due = bool(tcfg.save_every_minutes) and \
             now - self.last_save >= 60 * tcfg.save_every_minutes
-        stop, due, seconds_sum = all_sum(
-            [float(out_of_time or self.budget.out_of_patience(state)), float(minutes_due),
-             seconds], self.world, self.device)
-        return Due(stop > 0, due > 0, seconds_sum / self.world.size)
+        patience_out = self.budget.out_of_patience(state)  # known on rank 0, which validates
+        stop, due, patience_out, seconds_sum = all_sum(
+            [float(out_of_time or patience_out and not tcfg.patience_cooldown),
+             float(minutes_due), float(patience_out), seconds], self.world, self.device)
+        return Due(stop > 0, due > 0, patience_out > 0, seconds_sum / self.world.size)
 
 
 @dataclass
 class Cooldown:
-    """A timed cooldown (train.lr_cooldown_minutes or _share): plans the cooldown once that
-    much time is left, re-plans it at each save step from the pace since it began
-    (schedule.py), and logs both."""
+    """A planned cooldown: when patience runs out (train.patience_cooldown), or when a timed
+    cooldown's time (train.lr_cooldown_minutes or _share) is left, the latter re-planned at each
+    save step from the pace since it began (schedule.py); logs each plan."""
 
     tcfg: TrainConfig
 
-    def update(self, state: dict, seconds: float, *, log_it: bool) -> None:
-        tcfg, now = self.tcfg, state | {"train_seconds": seconds}
-        if planned := plan_cooldown(tcfg, now):
-            state["cooldown"], state["cooldown_since"] = planned, [state["step"], seconds]
+    def update(self, state: dict, due: Due, *, log_it: bool) -> None:
+        tcfg, now = self.tcfg, state | {"train_seconds": due.seconds}
+        if due.out_of_patience and tcfg.patience_cooldown and \
+                (planned := patience_cooldown(tcfg, state)):
+            state["cooldown"] = planned
+            if log_it:
+                log.info("no better validation score for %d validations (best at step %s): "
+                         "the learning rate falls linearly over steps %d-%d, the last of this "
+                         "run", tcfg.patience, state["best_step"], *planned)
+        elif planned := plan_cooldown(tcfg, now):
+            state["cooldown"], state["cooldown_since"] = planned, [state["step"], due.seconds]
             if log_it:
                 log.info("%.1f minutes left of train.max_minutes: the learning rate falls "
                          "linearly over steps %d-%d, the last of this run",
-                         tcfg.max_minutes - seconds / 60, *planned)
+                         tcfg.max_minutes - due.seconds / 60, *planned)
         elif state["step"] % tcfg.save_every == 0 and (replanned := replan_cooldown(tcfg, now)):
             if log_it and replanned[1] != state["cooldown"][1]:
                 log.info("%.1f minutes left of train.max_minutes: at the pace since the "
                          "cooldown began, it ends at step %d (planned: %d)",
-                         tcfg.max_minutes - seconds / 60, replanned[1], state["cooldown"][1])
+                         tcfg.max_minutes - due.seconds / 60, replanned[1],
+                         state["cooldown"][1])
             state["cooldown"] = replanned
 
     def warn_if_unfinished(self, state: dict) -> None:

@@ -23,7 +23,8 @@ log = logging.getLogger(__name__)
 RESUMABLE_TRAIN_KEYS = {"max_steps", "max_epochs", "max_minutes", "log_every", "valid_every",
                         "valid_bleu", "save_every", "save_every_minutes", "keep_last", "threads",
                         "device", "compile", "patience", "max_nonfinite", "lr_cooldown_steps",
-                        "lr_cooldown_minutes", "lr_cooldown_share"}
+                        "lr_cooldown_minutes", "lr_cooldown_share", "cooldown_saves",
+                        "patience_cooldown"}
 
 # What an exact resume reads from a checkpoint's state.json besides the random states (which
 # load_checkpoint checks). A checkpoint that lacks one is refused, naming it.

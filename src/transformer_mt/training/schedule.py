@@ -1,7 +1,9 @@
 """The learning rate (§5.3, eq. 3), and the linear cooldowns a run on a fixed step or time
-budget may end with (not in the paper)."""
+budget, or one whose patience runs out, may end with (not in the paper)."""
 
 from __future__ import annotations
+
+import math
 
 from ..config import TrainConfig
 
@@ -26,14 +28,42 @@ def learning_rate(step: int, tcfg: TrainConfig, d_model: int,
 
 
 def cooldown_steps(tcfg: TrainConfig, state: dict) -> tuple[float, int] | None:
-    """The first and last step of the rate's cooldown, if any: the last
-    TrainConfig.cooldown_steps of train.max_steps, or the steps `plan_cooldown` chose when the
+    """The first and last step of the rate's cooldown, if any: the steps planned when the
     timed cooldown's minutes (TrainConfig.cooldown_minutes) were left of train.max_minutes
-    (kept in the run's state)."""
+    (`plan_cooldown`) or when patience ran out (`patience_cooldown`), kept in the run's state;
+    else the last TrainConfig.cooldown_steps of train.max_steps."""
+    planned = state.get("cooldown")  # absent from checkpoints older than the option
+    if planned:
+        return planned[0], planned[1]
     if tcfg.cooldown_steps:
         return tcfg.max_steps - tcfg.cooldown_steps + 1, tcfg.max_steps
-    planned = state.get("cooldown")  # absent from checkpoints older than the option
-    return (planned[0], planned[1]) if planned else None
+    return None
+
+
+def patience_cooldown(tcfg: TrainConfig, state: dict) -> list[int] | None:
+    """With train.patience_cooldown, once train.patience has run out at step s: the
+    cooldown's [first, last] step, s * share / (1 - share) steps (share: train.lr_cooldown_share,
+    the cooldown's share of the whole run). None when a cooldown is planned already or
+    underway."""
+    underway = cooldown_steps(tcfg, state)
+    step, share = state["step"], tcfg.lr_cooldown_share
+    if state.get("cooldown") or (underway is not None and step + 1 >= underway[0]):
+        return None
+    return [step + 1, step + max(1, round(step * share / (1 - share)))]
+
+
+def cooldown_save_due(tcfg: TrainConfig, state: dict) -> bool | None:
+    """With train.cooldown_saves N, during the cooldown: whether the step just taken ends
+    another 1/N of its steps (the last step always does); None before a cooldown or without
+    the option, when train.save_every's cadence decides."""
+    cooldown = cooldown_steps(tcfg, state)
+    step = state["step"]
+    if not tcfg.cooldown_saves or cooldown is None or step < cooldown[0]:
+        return None
+    first, last = cooldown
+    def passed(s: int) -> int:  # whole Nths of the cooldown done after step s
+        return math.floor(tcfg.cooldown_saves * max(0.0, s - first + 1) / (last - first + 1))
+    return passed(step) > passed(step - 1)
 
 
 def plan_cooldown(tcfg: TrainConfig, state: dict) -> list[int] | None:
