@@ -5,8 +5,10 @@
 # Resumable: run it again and each run goes on from its last checkpoint.
 #   benchmarks/multi30k/norm_at_equal_steps.sh DATA_DIR OUT SHAPE [STEPS] [SEEDS]
 # SHAPE: tiny (4+4, d_model 128, the recipe's) or base6 (6+6, d_model 128, d_ff 512, 8 heads:
-# Table 3's base shape at a quarter of its width, d_ff = 4 d_model as there). EXTRA="--train.lr_scale=1" TAG=lr1: more overrides, and
-# a tag in the runs' names.
+# Table 3's base shape at a quarter of its width, d_ff = 4 d_model as there).
+# EXTRA="--train.lr_scale=1" TAG=lr1: more overrides, and a tag in the runs' names.
+# NORMS=post (or pre): one norm only, on core CORE (0), so that two invocations with different
+# EXTRA share the machine.
 set -euo pipefail
 DATA=$1 OUT=$2 SHAPE=$3 STEPS=${4:-4000} SEEDS=${5:-"1 2"}
 read -r -a EXTRA <<< "${EXTRA:-}"
@@ -27,6 +29,11 @@ run() {  # NORM_FIRST SEED CORE
 }
 mkdir -p "$OUT"
 for seed in $SEEDS; do
-  run false "$seed" 0 & run true "$seed" 1 &
+  case ${NORMS:-both} in
+    both) run false "$seed" 0 & run true "$seed" 1 & ;;
+    post) run false "$seed" "${CORE:-0}" & ;;
+    pre) run true "$seed" "${CORE:-0}" & ;;
+    *) echo "NORMS: post, pre or unset (both)" >&2; exit 2 ;;
+  esac
   wait
 done
