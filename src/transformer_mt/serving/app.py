@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import itertools
 import json
 import logging
 import time
 from importlib import resources
 from typing import Any
+from urllib.parse import parse_qsl
 
 import torch
 from fastapi import FastAPI, Request
@@ -102,6 +104,8 @@ class ErrorBody(BaseModel):
     limit: Any = Field(None, description="the limit it broke")
 
 
+FORM = "application/x-www-form-urlencoded"  # what LibreTranslate's client libraries send
+
 ERRORS = {status: {"model": ErrorBody} for status in (400, 401, 413, 422, 429, 500, 503)}
 
 
@@ -153,22 +157,24 @@ def create_app(translator: Translator, cfg: ServeConfig, *,
         app.add_middleware(CORSMiddleware, allow_origins=cfg.cors_origins.split(","),
                            allow_methods=["GET", "POST"], allow_headers=["*"])
 
+    # inner to outer: the guard reads the body within its limit and checks the key, then the
+    # log (every request, 500s included, counted and logged with its number)
+    app.add_middleware(Guard, cfg=cfg)
+
     @app.middleware("http")
-    async def limits_and_log(request: Request, call_next):
-        start = time.monotonic()
+    async def log_and_count(request: Request, call_next):
+        start, number = time.monotonic(), next(request_ids)
         try:
-            if request.method == "POST":
-                await check_body(request, cfg)
-            if request.url.path.startswith("/v1/") or request.url.path == "/translate":
-                await check_key(request, cfg)
             response = await call_next(request)
-        except Problem as problem:
-            response = problem.response()
+        except Exception:  # a bug of ours: JSON that names the request its log line names
+            log.exception("request %d: %s %s failed", number, request.method, request.url.path)
+            response = JSONResponse({"error": f"internal error (request {number}; the "
+                                     "server's log has the details)"}, status_code=500)
         seconds = time.monotonic() - start
         path = request.url.path if request.url.path in routes else "other"  # bounded labels
         metrics.observe_request(path, response.status_code, seconds)
         work = getattr(request.state, "work", None)
-        log.info("request %d: %s %s -> %d in %.1f ms%s", next(request_ids), request.method,
+        log.info("request %d: %s %s -> %d in %.1f ms%s", number, request.method,
                  request.url.path, response.status_code, 1000 * seconds,
                  "" if work is None else ", {} sentences, {} tokens, queue {:.1f} ms, decode "
                  "{:.1f} ms".format(*work))
@@ -180,13 +186,19 @@ def create_app(translator: Translator, cfg: ServeConfig, *,
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error_handler(_request: Request, err: StarletteHTTPException):
-        return JSONResponse({"error": str(err.detail)}, status_code=err.status_code,
+        body = {"error": str(err.detail)}
+        if err.status_code == 400:  # FastAPI's only one: a body it cannot decode
+            body |= {"field": "body", "limit": None}
+        return JSONResponse(body, status_code=err.status_code,
                             headers=getattr(err, "headers", None))
 
     @app.exception_handler(RequestValidationError)
     async def invalid_handler(_request: Request, err: RequestValidationError):
         first = err.errors()[0]
-        field = ".".join(str(part) for part in first["loc"] if part != "body")
+        # a body that is not JSON is located at ("body", character offset)
+        field = "" if first["type"] == "json_invalid" else \
+            ".".join(str(part) for part in first["loc"] if part != "body")
+        field = field or "body"  # not a JSON object at all
         return JSONResponse({"error": first["msg"], "field": field, "limit": None},
                             status_code=422)
 
@@ -207,9 +219,8 @@ def create_app(translator: Translator, cfg: ServeConfig, *,
         """LibreTranslate's /translate: q, source, target, format text."""
         check_libre(body, languages)
         sentences = [body.q] if isinstance(body.q, str) else body.q
-        check_sentences(sentences, cfg)
         results = await _translate(request, sentences,
-                                   request_settings(translator.decode_cfg, cfg))
+                                   request_settings(translator.decode_cfg, cfg), field="q")
         texts = [r[0].text if r else "" for r in results]
         return LibreResponse(translatedText=texts[0] if isinstance(body.q, str) else texts)
 
@@ -249,16 +260,16 @@ def create_app(translator: Translator, cfg: ServeConfig, *,
 
     async def _translate(request: Request | None, sentences: list[str], settings, *,
                          batcher: Batcher | None = None,
-                         align: AlignmentChoice | None = None) -> list:
+                         align: AlignmentChoice | None = None, field: str = "text") -> list:
         """n-best lists of `sentences` in order; "" for empty or blank ones, without the
         model. Records (sentences, tokens, queue ms, decode ms) on request.state.work."""
-        check_sentences(sentences, cfg)
+        check_sentences(sentences, cfg, field)
         sources, where = [], []
         for i, sentence in enumerate(sentences):
             try:
                 ids = translator.encode_source(sentence, i, settings)
             except ValueError as err:
-                raise Problem(422, str(err), field=f"text[{i}]",
+                raise Problem(422, str(err), field=f"{field}[{i}]",
                               limit=translator.model.cfg.max_positions
                               - settings.max_length_offset) from None
             if not has_no_pieces(ids):
@@ -349,14 +360,22 @@ def checked_settings(body: TranslateRequest, translator: Translator, cfg: ServeC
         raise Problem(422, str(err)) from None
 
 
-def check_sentences(sentences: list[str], cfg: ServeConfig) -> None:
+def check_sentences(sentences: list[str], cfg: ServeConfig, field: str) -> None:
+    """413 or 422 naming `field` (the request's list of sentences) or its sentence `field[i]`
+    where there are too many sentences, one is too long, or one is not Unicode text."""
     if len(sentences) > cfg.max_sentences:
-        raise Problem(413, f"{len(sentences)} sentences in one request", field="text",
+        raise Problem(413, f"{len(sentences)} sentences in one request", field=field,
                       limit=cfg.max_sentences)
     for i, sentence in enumerate(sentences):
         if len(sentence) > cfg.max_chars:
             raise Problem(422, f"sentence {i + 1} has {len(sentence)} characters",
-                          field=f"text[{i}]", limit=cfg.max_chars)
+                          field=f"{field}[{i}]", limit=cfg.max_chars)
+        try:
+            sentence.encode("utf-8")
+        except UnicodeEncodeError as err:  # JSON may escape a lone UTF-16 surrogate: \ud800
+            raise Problem(422, f"sentence {i + 1} is not Unicode text: a lone surrogate "
+                          f"{sentence[err.start]!r} at character {err.start + 1}",
+                          field=f"{field}[{i}]") from None
 
 
 def check_libre(body: LibreRequest, languages: tuple[str, str] | None) -> None:
@@ -374,26 +393,87 @@ def check_libre(body: LibreRequest, languages: tuple[str, str] | None) -> None:
                       field="target", limit=target)
 
 
-async def check_body(request: Request, cfg: ServeConfig) -> None:
-    """413 for a body over serve.max_body_bytes, by its declared length before reading it,
-    else by what arrived (the handler reads the same, cached, bytes)."""
-    declared = request.headers.get("content-length", "")
-    size = int(declared) if declared.isdigit() else len(await request.body())
-    if size > cfg.max_body_bytes:
-        raise Problem(413, f"request body of {size} bytes", field="body",
-                      limit=cfg.max_body_bytes)
+class Guard:
+    """ASGI middleware in front of the handlers: a POST's body is read whole, but never more
+    than serve.max_body_bytes of it (413 by its declared length before reading, else as soon
+    as what arrived, chunked or streamed, goes past), and with serve.api_key the key is checked
+    (`key_given`); the handlers then read the same bytes."""
 
+    def __init__(self, app, cfg: ServeConfig):
+        self.app, self.cfg = app, cfg
 
-async def check_key(request: Request, cfg: ServeConfig) -> None:
-    """With serve.api_key: 401 unless `Authorization: Bearer KEY`, or on the LibreTranslate
-    endpoint its `api_key` field."""
-    if not cfg.api_key or request.headers.get("authorization") == f"Bearer {cfg.api_key}":
-        return
-    if request.url.path == "/translate":
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        request = Request(scope)
+        body = b""
         try:
-            data = json.loads(await request.body())
+            if request.method == "POST":
+                body = await bounded_body(request, receive, self.cfg.max_body_bytes)
+                if body is None:  # the client went away while sending
+                    return None
+            path = request.url.path
+            if self.cfg.api_key and (path.startswith("/v1/") or path == "/translate") \
+                    and not key_given(request, body, self.cfg.api_key):
+                raise Problem(401, "missing or wrong API key (Authorization: Bearer KEY)")
+        except Problem as problem:
+            return await problem.response()(scope, receive, send)
+        replayed = False
+
+        async def replay():
+            nonlocal replayed
+            if replayed:
+                return await receive()  # what follows the body: a disconnect
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        return await self.app(scope, replay, send)
+
+
+async def bounded_body(request: Request, receive, limit: int) -> bytes | None:
+    """The request's body, or a 413 Problem once it is declared or found to be over `limit`
+    bytes; None if the client disconnected before sending it all."""
+    declared = request.headers.get("content-length", "")
+    too_large = Problem(413, f"request body over {limit} bytes", field="body", limit=limit)
+    if declared.isdigit() and int(declared) > limit:
+        raise too_large
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise too_large
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def key_given(request: Request, body: bytes, key: str) -> bool:
+    """Whether the request carries serve.api_key: `Authorization: Bearer KEY` (the scheme in
+    any case, as HTTP's are), or on the LibreTranslate endpoint its `api_key` field, in a JSON
+    or form body. A body that cannot be read has no key."""
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), key.encode()):
+        return True
+    if request.url.path != "/translate":
+        return False
+    given = body_fields(request.headers.get("content-type", ""), body).get("api_key")
+    return isinstance(given, str) and hmac.compare_digest(given.encode(), key.encode())
+
+
+def body_fields(content_type: str, body: bytes) -> dict:
+    """The fields of a JSON object or form-encoded body; {} for anything else, and for a
+    body that does not parse."""
+    if content_type.split(";")[0].strip().lower() == FORM:
+        try:
+            return dict(parse_qsl(body.decode("utf-8"), keep_blank_values=True))
         except ValueError:
-            data = None
-        if isinstance(data, dict) and data.get("api_key") == cfg.api_key:
-            return
-    raise Problem(401, "missing or wrong API key (Authorization: Bearer KEY)")
+            return {}
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):  # RecursionError: nesting deeper than Python's stack
+        return {}
+    return data if isinstance(data, dict) else {}

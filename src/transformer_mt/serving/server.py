@@ -6,11 +6,14 @@ the batcher decodes on the main thread (batcher.py says why)."""
 from __future__ import annotations
 
 import contextlib
+import json
 import signal
 import socket
 import threading
 
+import h11
 import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from ..config import ServeConfig
 from ..inference.translator import Translator
@@ -41,6 +44,21 @@ class DrainingServer(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
+class JSONErrorsH11Protocol(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol, whose own answer to a request it cannot parse (a bad
+    request line, a malformed or too large header) is JSON as the app's errors are, not plain
+    text. Such a request never reaches the app, so the metrics do not count it."""
+
+    def send_400_response(self, msg: str) -> None:
+        body = json.dumps({"error": msg}).encode()
+        headers = [(b"content-type", b"application/json"), (b"connection", b"close"),
+                   (b"content-length", str(len(body)).encode())]
+        for event in (h11.Response(status_code=400, headers=headers, reason=b"Bad Request"),
+                      h11.Data(data=body), h11.EndOfMessage()):
+            self.transport.write(self.conn.send(event))
+        self.transport.close()
+
+
 def serve(translator: Translator, cfg: ServeConfig, *,
           languages: tuple[str, str] | None = None) -> None:
     """Serve `translator` until SIGTERM or SIGINT, then drain and return. The address is
@@ -49,6 +67,7 @@ def serve(translator: Translator, cfg: ServeConfig, *,
     batcher = Batcher(translator, cfg, thread=False)
     app = create_app(translator, cfg, languages=languages, batcher=batcher)
     config = uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level="info",
+                            http=JSONErrorsH11Protocol,
                             access_log=False,  # the app logs one line per request
                             timeout_graceful_shutdown=cfg.grace_seconds)
     server = DrainingServer(config)
