@@ -225,7 +225,7 @@ def test_libretranslate_shape(client, translator):
     assert body == {"translatedText": expected[0]}
     body = client.post("/translate", json={"q": SENTENCES[:2], "source": "auto",
                                            "target": "de"}).json()
-    assert body == {"translatedText": expected}
+    assert body["translatedText"] == expected
     assert client.post("/translate", json={"q": "x", "target": "fr"}).status_code == 400
     assert client.post("/translate", json={"q": "x", "format": "html"}).status_code == 400
 

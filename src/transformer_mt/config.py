@@ -418,13 +418,27 @@ class ServeConfig:
                               "LibreTranslate endpoint also takes api_key); '' : no key")
     cors_origins: str = option("", "comma-separated origins allowed to call the API from a "
                                    "browser ('*': any); '': none")
+    languages: str = option("", "SRC-TGT, e.g. en-de (SRC:TGT where a code has a dash: "
+                                "pt-BR:de): the model's languages, where its directory does "
+                                "not record them (prepare reads them from train.en/train.de, "
+                                "or --src-lang/--tgt-lang); the LibreTranslate endpoint needs "
+                                "them. '': the model's record")
     grace_seconds: float = option(
         30.0, "on SIGTERM or SIGINT: stop accepting, finish what is queued and running "
               "within this many seconds, then exit")
 
+    @property
+    def language_pair(self) -> tuple[str, str] | None:
+        """serve.languages as (source, target); None where it is not set or not a pair."""
+        parts = self.languages.split(":" if ":" in self.languages else "-")
+        return (parts[0], parts[1]) if len(parts) == 2 and all(parts) else None
+
     def __post_init__(self):
         _check_positive(self, "port", "max_batch_tokens", "max_queue", "max_body_bytes",
                         "max_sentences", "max_chars", "max_beam", "max_output_tokens")
+        if self.languages and not self.language_pair:
+            raise ValueError("serve.languages is SRC-TGT (e.g. en-de) or SRC:TGT (pt-BR:de), "
+                             f"got {self.languages!r}")
         if self.max_wait_ms < 0 or self.grace_seconds < 0 or self.max_offset < 0:
             raise ValueError("serve.max_wait_ms, serve.grace_seconds and serve.max_offset "
                              "must be >= 0")

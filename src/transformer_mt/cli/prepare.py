@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..config import DataConfig, load_config
 from ..data.corpora import CORPORA, locate
-from ..data.prepare import SplitFiles, prepare
+from ..data.prepare import SplitFiles, language_of, prepare
 from ..data.wmt14 import archives
 from ..storage.model_dir import CONFIG_FILE, load_config_json
 from .options import add_config_options, as_overrides, given
@@ -29,8 +29,13 @@ def add_parser(sub) -> None:
                    help="validation source text (train reports its loss and BLEU on it)")
     p.add_argument("--valid-tgt", type=Path, metavar="FILE",
                    help="validation target text, line for line with --valid-src")
-    p.add_argument("--src-lang", default="src", help="source language code, for the record")
-    p.add_argument("--tgt-lang", default="tgt", help="target language code, for the record")
+    p.add_argument("--src-lang", metavar="CODE",
+                   help="source language code (en, pt-BR, ...), recorded with the model for the "
+                        "server's LibreTranslate endpoint (default: --train-src's file "
+                        "suffix, as in train.en, where it is one)")
+    p.add_argument("--tgt-lang", metavar="CODE",
+                   help="target language code (default: --train-tgt's file suffix, as in "
+                        "train.de, where it is one)")
     p.add_argument("--dataset",
                    help=f"a known corpus ({', '.join(sorted(CORPORA))}; multi30k-tok is "
                         "Multi30k's lowercased Moses-tokenized copy, en/de/fr; wmt14: the "
@@ -72,7 +77,12 @@ def run(args: argparse.Namespace) -> int:
         files = {"train": SplitFiles("train", args.train_src, args.train_tgt)}
         if args.valid_src or args.valid_tgt:
             files["valid"] = SplitFiles("valid", args.valid_src, args.valid_tgt)
-        src_lang, tgt_lang = args.src_lang, args.tgt_lang
+        src_lang = args.src_lang or language_of(args.train_src)
+        tgt_lang = args.tgt_lang or language_of(args.train_tgt)
+        if not (src_lang and tgt_lang):
+            print("languages: not known (the file names end in no language code, as train.en "
+                  "would): give --src-lang and --tgt-lang to record them; the server's "
+                  "LibreTranslate endpoint needs them")
     vocabulary = None
     if args.vocabulary:
         model_cfg, _ = load_config_json(args.vocabulary / CONFIG_FILE)

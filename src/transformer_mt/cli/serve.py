@@ -36,14 +36,26 @@ def add_parser(sub) -> None:
     p.set_defaults(run=run, overrides=[])
 
 
-def model_languages(model_dir: Path) -> tuple[str, str] | None:
-    """(source, target) from a model directory's config.json (a CTranslate2 export's
-    transformer_mt.json), where training recorded it."""
+# what prepare recorded for files whose languages it was not told, before it read them from
+# the files' names: no languages
+UNKNOWN_LANGUAGES = ("src", "tgt")
+
+
+def model_languages(model_dir: Path, given: tuple[str, str] | None = None
+                    ) -> tuple[str, str] | None:
+    """(source, target): `given` (serve.languages) where set, else from a model directory's
+    config.json (a CTranslate2 export's transformer_mt.json), where training recorded them;
+    None where they are not known."""
+    if given:
+        return given
     ours = model_dir / OURS_FILE
     config = json.loads((ours if ours.exists() else model_dir / CONFIG_FILE).read_text(
         encoding="utf-8"))
     languages = config.get("languages")
-    return tuple(languages) if isinstance(languages, list) and len(languages) == 2 else None
+    if not (isinstance(languages, list) and len(languages) == 2
+            and all(isinstance(code, str) for code in languages)):
+        return None
+    return None if tuple(languages) == UNKNOWN_LANGUAGES else tuple(languages)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -57,5 +69,5 @@ def run(args: argparse.Namespace) -> int:
         [o for o in args.overrides if not o.startswith("decode.")], ServeConfig, "serve")
         | given(args, "serve"))
     translator, model_dirs = open_translator(args, decode)
-    run_server(translator, serve, languages=model_languages(model_dirs[0]))
+    run_server(translator, serve, languages=model_languages(model_dirs[0], serve.language_pair))
     return 0

@@ -97,14 +97,29 @@ def read_whole_words(path: Path) -> list[str]:
     return list(dict.fromkeys(line for line in lines if line))
 
 
+def language_of(path: Path) -> str | None:
+    """The language code a file's name ends in (train.en, train.de.gz, news.pt-BR): a valid
+    BCP 47 tag whose language is a two-letter ISO 639-1 code, as written; None for a name that
+    ends otherwise (train.src, corpus.txt: three-letter codes are left out, since file
+    suffixes such as src and txt are also ISO 639-3 codes)."""
+    import langcodes  # here, not at the top: 90 ms that only this function needs
+
+    stem, dot, suffix = path.name.removesuffix(".gz").rpartition(".")
+    tag = suffix.replace("_", "-")
+    if not (stem and dot) or len(tag.split("-")[0]) != 2 or not langcodes.tag_is_valid(tag):
+        return None
+    return suffix
+
+
 def prepare(*, train: SplitFiles, others: list[SplitFiles], out_dir: Path, cfg: DataConfig,
-            src_lang: str = "src", tgt_lang: str = "tgt",
+            src_lang: str | None = None, tgt_lang: str | None = None,
             vocabulary: tuple[Path, dict[str, int]] | None = None) -> dict:
     """Read, clean, learn the vocabulary on the training pairs, encode and write `out_dir`.
     Only training pairs are dropped (empty, too long, length ratio); other splits are kept
     whole so that scores stay comparable. `vocabulary`: (a model directory, its special ids
     {"pad", "bos", "eos"}) whose vocabulary is used instead of learning one (to fine-tune that
-    model). The files are streamed twice (checked and sampled, then encoded in chunks), so
+    model). `src_lang` and `tgt_lang`: language codes for the record (None: not known). The
+    files are streamed twice (checked and sampled, then encoded in chunks), so
     memory does not grow with the corpus. Returns the report."""
     splits = [train, *others]
     # every file is read and checked before any work is written

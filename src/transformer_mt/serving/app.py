@@ -22,7 +22,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from fastapi_offline import FastAPIOffline
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..config import ServeConfig, config_to_dict
@@ -84,6 +84,9 @@ class ReadyBody(BaseModel):
     status: str
 
 
+FORM = "application/x-www-form-urlencoded"  # what LibreTranslate's client libraries send
+
+
 class LibreRequest(BaseModel):
     model_config = ConfigDict(strict=True)  # other LibreTranslate fields are ignored
 
@@ -94,8 +97,27 @@ class LibreRequest(BaseModel):
     api_key: str | None = None
 
 
+class DetectedLanguage(BaseModel):
+    language: str
+    confidence: float
+
+
 class LibreResponse(BaseModel):
     translatedText: str | list[str]  # noqa: N815 - LibreTranslate's field name
+    # with source "auto": the model's one source language (not a detection), one per text
+    detectedLanguage: DetectedLanguage | list[DetectedLanguage] | None = None  # noqa: N815
+
+
+class LibreLanguage(BaseModel):
+    code: str
+    name: str
+    targets: list[str]
+
+
+# /translate reads either body, as LibreTranslate does; its client libraries send forms
+LIBRE_BODY = {"requestBody": {"required": True, "content": {
+    "application/json": {"schema": LibreRequest.model_json_schema()},
+    FORM: {"schema": LibreRequest.model_json_schema()}}}}
 
 
 class ErrorBody(BaseModel):
@@ -103,8 +125,6 @@ class ErrorBody(BaseModel):
     field: str | None = Field(None, description="the request field over its limit")
     limit: Any = Field(None, description="the limit it broke")
 
-
-FORM = "application/x-www-form-urlencoded"  # what LibreTranslate's client libraries send
 
 ERRORS = {status: {"model": ErrorBody} for status in (400, 401, 413, 422, 429, 500, 503)}
 
@@ -214,15 +234,32 @@ def create_app(translator: Translator, cfg: ServeConfig, *,
                           for r, s in zip(results, sentences, strict=True)],
             milliseconds=1000 * (time.monotonic() - start))
 
-    @app.post("/translate", response_model=LibreResponse, responses=ERRORS)
-    async def libretranslate(body: LibreRequest, request: Request) -> LibreResponse:
-        """LibreTranslate's /translate: q, source, target, format text."""
+    @app.post("/translate", response_model=LibreResponse, response_model_exclude_none=True,
+              responses=ERRORS, openapi_extra=LIBRE_BODY)
+    async def libretranslate(request: Request) -> LibreResponse:
+        """LibreTranslate's /translate: q, source, target, format text, as JSON or a form."""
+        body = libre_request(request.headers.get("content-type", ""), await request.body())
         check_libre(body, languages)
         sentences = [body.q] if isinstance(body.q, str) else body.q
         results = await _translate(request, sentences,
                                    request_settings(translator.decode_cfg, cfg), field="q")
         texts = [r[0].text if r else "" for r in results]
-        return LibreResponse(translatedText=texts[0] if isinstance(body.q, str) else texts)
+        detected = None
+        if body.source == "auto" and languages is not None:
+            one = DetectedLanguage(language=languages[0], confidence=100.0)
+            detected = one if isinstance(body.q, str) else [one] * len(texts)
+        return LibreResponse(translatedText=texts[0] if isinstance(body.q, str) else texts,
+                             detectedLanguage=detected)
+
+    @app.get("/languages", response_model=list[LibreLanguage])
+    async def libre_languages() -> list[LibreLanguage]:
+        """LibreTranslate's /languages: the model's source language with its one target, and
+        the target; [] where the model's languages are not known."""
+        if languages is None:
+            return []
+        source, target = languages
+        return [LibreLanguage(code=source, name=language_name(source), targets=[target]),
+                LibreLanguage(code=target, name=language_name(target), targets=[])]
 
     @app.get("/health", response_model=ReadyBody)
     async def health() -> dict:
@@ -378,11 +415,42 @@ def check_sentences(sentences: list[str], cfg: ServeConfig, field: str) -> None:
                           field=f"{field}[{i}]") from None
 
 
+def libre_request(content_type: str, body: bytes) -> LibreRequest:
+    """A LibreTranslate request from its JSON or form body; 422 naming the field (or the
+    body) where it is not one."""
+    if content_type.split(";")[0].strip().lower() == FORM:
+        data: Any = body_fields(content_type, body)
+    else:
+        try:
+            data = json.loads(body)
+        except (ValueError, RecursionError):
+            raise Problem(422, "the body is neither JSON nor a form "
+                          f"({FORM})", field="body") from None
+    try:
+        return LibreRequest.model_validate(data)
+    except ValidationError as err:
+        raise RequestValidationError(err.errors()) from None
+
+
+def language_name(code: str) -> str:
+    """English's name for a language code ("de": "German"), as LibreTranslate's /languages
+    gives it; the code itself where it names no language known to langcodes."""
+    import langcodes  # here, not at the top: a 90 ms import that only /languages needs
+
+    name = langcodes.Language.get(code).display_name()
+    return code if name.startswith("Unknown language") else name
+
+
 def check_libre(body: LibreRequest, languages: tuple[str, str] | None) -> None:
     if body.format != "text":
         raise Problem(400, f"format {body.format!r} is not supported; only 'text'",
                       field="format", limit="text")
     if languages is None:
+        if body.source != "auto" or body.target is not None:
+            named = "source" if body.source != "auto" else "target"
+            raise Problem(400, "this model does not record its languages (its data was "
+                          "prepared from files without language suffixes): serve "
+                          "--languages SRC-TGT names them", field=named)
         return
     source, target = languages
     if body.source not in ("auto", source):
