@@ -20,10 +20,13 @@ def alone(model, src_S, cfg):
     return beam_search(model, src_S[None], cfg)[0]
 
 
-def joined(model, sentences, cfg, schedule):
-    """Search `sentences`, sentence i joining before step schedule[i]; their n-bests."""
+def joined(model, sentences, cfg, schedule, drops=None):
+    """Search `sentences`, sentence i joining before step schedule[i] (and with `drops`,
+    dropped unfinished before step drops[i] where that is not None); their n-bests, None for
+    those dropped before they finished."""
     search, results, step = BeamSearch(model, cfg), {}, 0
     pending = sorted(range(len(sentences)), key=lambda i: schedule[i])
+    drops = drops or [None] * len(sentences)
     with torch.inference_mode():
         while pending or search:
             now = [i for i in pending if schedule[i] <= step] or ([] if search else pending[:1])
@@ -34,9 +37,11 @@ def joined(model, sentences, cfg, schedule):
                     src[row, : len(sentences[i])] = sentences[i]
                 search.add(src, now)
                 pending = [i for i in pending if i not in now]
-            results.update(search.step())
+            search.drop({i for i, at in enumerate(drops) if at is not None and at <= step})
+            if search:
+                results.update(search.step())
             step += 1
-    return [results[i] for i in range(len(sentences))]
+    return [results.get(i) for i in range(len(sentences))]
 
 
 def assert_same(got, expected):
@@ -61,6 +66,26 @@ def test_a_sentence_joining_at_any_step_gets_the_hypotheses_it_gets_alone(
     got = joined(model, sentences, cfg, starts[: len(sentences)])
     for sentence, hyps in zip(sentences, got, strict=True):
         assert_same(hyps, alone(model, sentence, cfg))
+
+
+@settings(max_examples=25, deadline=None)
+@given(lengths=st.lists(st.integers(2, 9), min_size=2, max_size=6),
+       starts=st.lists(st.integers(0, 8), min_size=6, max_size=6),
+       drops=st.lists(st.none() | st.integers(0, 12), min_size=6, max_size=6),
+       beam=st.integers(1, 4), seed=st.integers(0, 1000))
+def test_sentences_dropped_at_any_step_change_nothing_for_the_others(
+        lengths, starts, drops, beam, seed):
+    """What the server does when a client goes away: its sentences leave the search
+    unfinished, before or after the first step, and the others get what they get alone."""
+    model = tiny_model(seed=seed % 3, norm_first=bool(seed % 2))
+    cfg = DecodeConfig(beam_size=beam, n_best=beam, max_length_offset=5)
+    sentences = sentences_of(seed, lengths)
+    drops = [None, *drops[1 : len(sentences)]]  # one at least stays
+    got = joined(model, sentences, cfg, starts[: len(sentences)], drops)
+    for sentence, hyps, drop in zip(sentences, got, drops, strict=True):
+        if hyps is not None or drop is None:  # dropped after it finished: answered
+            assert_same(hyps, alone(model, sentence, cfg))
+    assert got[0] is not None
 
 
 def test_joining_with_learned_positions_min_length_and_an_ensemble():

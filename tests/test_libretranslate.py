@@ -63,8 +63,8 @@ def test_prepare_records_the_languages_of_the_file_suffixes_or_says_how_to_give_
 
 @pytest.fixture(scope="module")
 def model_dir(prepared_from_suffixes, tmp_path_factory):
-    """A tiny model trained 200 steps (its outputs are not empty) on `prepared_from_suffixes`: its config.json records
-    the languages."""
+    """A tiny model trained 200 steps (its outputs are not empty) on
+    `prepared_from_suffixes`: its config.json records the languages."""
     run = tmp_path_factory.mktemp("libre-run") / "run"
     cfg = load_config("tiny", ["train.max_steps=200", "train.max_tokens=1000",
                                "train.warmup_steps=50", "train.valid_every=1000000",

@@ -4,15 +4,18 @@ parse, and an internal failure: every answer is JSON, none is a 5xx but the last
 counted in the metrics and logged with its request number."""
 
 import contextlib
+import json
 import logging
 import select
 import socket
+import threading
 import time
+import urllib.request
 
 import pytest
 import torch
 
-from serving_helpers import running_server
+from serving_helpers import http, running_server
 
 pytest.importorskip("fastapi", reason="the serve extra: pip install -e '.[serve]'")
 from fastapi.testclient import TestClient  # noqa: E402
@@ -175,7 +178,7 @@ def test_a_chunked_body_over_the_limit_is_refused_while_it_arrives(server):
         except (BrokenPipeError, ConnectionResetError):
             pass  # the server answered and closed while we were still sending
         answer = answer_of(sock)
-    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]  # and the server closed
     assert b'"field":"body"' in answer
     assert sent < 16 << 20, f"the server read {sent} bytes before answering"
 
@@ -195,3 +198,155 @@ def test_requests_uvicorn_cannot_parse_get_json_400s(server, request_bytes):
     assert b"content-type: application/json" in head.lower()
     assert b'"error"' in body
 
+
+
+def test_a_request_over_the_work_cap_is_a_413_before_any_decoding(translator):
+    app = create_app(translator, ServeConfig(max_wait_ms=0.0, max_request_work=100))
+    with TestClient(app) as client:
+        ok = client.post("/v1/translate", json={"text": "dog", "beam_size": 2})
+        assert ok.status_code == 200
+        decoded = client.get("/metrics").text.split("transformer_mt_sentences_total ")[1]
+        over = client.post("/v1/translate", json={"text": ["dog runs ."] * 3, "beam_size": 8,
+                                                  "max_length_offset": 10})
+        assert over.status_code == 413
+        assert (over.json()["field"], over.json()["limit"]) == ("text", 100)
+        assert "hypothesis tokens" in over.json()["error"]
+        after = client.get("/metrics").text.split("transformer_mt_sentences_total ")[1]
+        assert after.split()[0] == decoded.split()[0]  # nothing decoded for it
+
+
+@pytest.fixture(scope="module")
+def slow_translator(corpus_vocab):
+    """A random model wide enough that 16 sentences at beam 16, whose outputs run to their
+    length cap, decode for seconds."""
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=len(corpus_vocab), d_model=64, n_heads=4, d_ff=128,
+                      n_encoder_layers=2, n_decoder_layers=2, dropout=0.0, max_positions=512)
+    return Translator(Transformer(cfg).eval(), corpus_vocab,
+                      DecodeConfig(beam_size=2, max_length_offset=4))
+
+
+HEAVY = {"text": ["a dog runs in the park with a ball and a boy ."] * 16, "beam_size": 16,
+         "max_length_offset": 300}
+
+
+def test_a_request_that_waits_past_the_queue_timeout_gets_503_with_retry_after(
+        slow_translator):
+    cfg = ServeConfig(max_wait_ms=0.0, queue_timeout_seconds=0.5, max_request_work=1 << 30,
+                      max_offset=400)
+    with TestClient(create_app(slow_translator, cfg)) as client:
+        heavy = threading.Thread(target=client.post, args=("/v1/translate",),
+                                 kwargs={"json": HEAVY | {"text": HEAVY["text"][:4]}})
+        heavy.start()
+        deadline = time.monotonic() + 10
+        while "transformer_mt_decode_round_seconds_count 0.0" in client.get("/metrics").text:
+            assert time.monotonic() < deadline, "the heavy request never began"
+            time.sleep(0.05)
+        # other settings wait for the running search to empty: longer than 0.5 s
+        start = time.monotonic()
+        response = client.post("/v1/translate", json={"text": "dog", "beam_size": 2})
+        waited = time.monotonic() - start
+        heavy.join()
+    assert response.status_code == 503, response.text
+    assert response.headers["retry-after"] == "5"
+    assert "queue_timeout_seconds" in response.json()["error"]
+    assert waited < 30
+
+
+def metric(base: str, name: str) -> float:
+    text = http_text(base + "/metrics")
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name))
+
+
+def http_text(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=30) as response:
+        return response.read().decode()
+
+
+def timed_translation(base: str) -> float:
+    start = time.monotonic()
+    status, _ = http("POST", base + "/v1/translate", {"text": "dog runs .", "beam_size": 2})
+    assert status == 200
+    return time.monotonic() - start
+
+
+@pytest.fixture(scope="module")
+def slow_server(slow_translator, tmp_path_factory):
+    """A real server of `slow_translator` with a 1-second read timeout and room for HEAVY."""
+    model = tmp_path_factory.mktemp("slow") / "model"
+    save_model(slow_translator.model, model, vocab_path=slow_translator.vocab.path,
+               decode=slow_translator.decode_cfg)
+    with running_server(model, "--read-timeout-seconds", "1", "--max-request-work",
+                        str(1 << 30), "--max-offset", "400") as (base, process):
+        yield base
+
+
+def test_a_heavy_request_whose_client_left_stops_decoding_and_the_next_is_answered_at_once(
+        slow_server):
+    base = slow_server
+    alone = min(timed_translation(base) for _ in range(3))
+    rounds = metric(base, "transformer_mt_decode_round_seconds_count")
+    body = json.dumps(HEAVY).encode()
+    with socket.create_connection(("127.0.0.1", int(base.rsplit(":", 1)[1]))) as sock:
+        sock.sendall(b"POST /v1/translate HTTP/1.1\r\nHost: t\r\nContent-Type: application/"
+                     b"json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        deadline = time.monotonic() + 20
+        while metric(base, "transformer_mt_decode_round_seconds_count") < rounds + 5:
+            assert time.monotonic() < deadline, "the heavy request never began"
+            time.sleep(0.05)
+    # the client is gone: its 16 sentences leave the search at its next step
+    deadline = time.monotonic() + 10
+    while metric(base, "transformer_mt_abandoned_sentences_total") < 16:
+        assert time.monotonic() < deadline, http_text(base + "/metrics")
+        time.sleep(0.05)
+    time.sleep(0.2)  # a step that had begun ends
+    stopped = metric(base, "transformer_mt_decode_round_seconds_count")
+    time.sleep(1.0)
+    assert metric(base, "transformer_mt_decode_round_seconds_count") == stopped
+    after = timed_translation(base)
+    assert after < max(1.0, 10 * alone), (after, alone)
+    assert metric(base, 'transformer_mt_requests_total{path="/v1/translate",status="499"}') \
+        == 1
+
+
+def closed_within(sock: socket.socket, seconds: float) -> tuple[bool, bytes]:
+    """(whether the server closed the connection within `seconds`, what it sent)."""
+    data, deadline = b"", time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if select.select([sock], [], [], 0.1)[0]:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return True, data
+            data += chunk
+    return False, data
+
+
+@pytest.mark.parametrize("sent", [b"", b"POST /v1/translate HTT"], ids=["nothing", "half a head"])
+def test_a_connection_without_a_whole_head_is_closed_after_the_read_timeout(slow_server, sent):
+    with socket.create_connection(("127.0.0.1", int(slow_server.rsplit(":", 1)[1]))) as sock:
+        sock.sendall(sent)
+        start = time.monotonic()
+        closed, answer = closed_within(sock, 10)
+    assert closed and answer == b"" and 0.8 < time.monotonic() - start < 5
+
+
+def test_a_kept_alive_connection_that_starts_a_request_and_stalls_is_closed(slow_server):
+    with socket.create_connection(("127.0.0.1", int(slow_server.rsplit(":", 1)[1]))) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: t\r\n\r\n")
+        closed, answer = closed_within(sock, 0.5)
+        assert not closed and answer.startswith(b"HTTP/1.1 200")
+        sock.sendall(b"G")  # one byte: uvicorn's keep-alive timer stops waiting
+        closed, _ = closed_within(sock, 10)
+    assert closed
+
+
+def test_a_body_that_trickles_in_gets_408_and_the_connection_closes(slow_server):
+    with socket.create_connection(("127.0.0.1", int(slow_server.rsplit(":", 1)[1]))) as sock:
+        sock.sendall(b"POST /v1/translate HTTP/1.1\r\nHost: t\r\nContent-Type: application/json"
+                     b"\r\nContent-Length: 100\r\n\r\n{\"text\": ")
+        start = time.monotonic()
+        closed, answer = closed_within(sock, 10)
+    assert closed and time.monotonic() - start < 4
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408"), answer
+    assert json.loads(body)["field"] == "body"

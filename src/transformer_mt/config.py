@@ -414,6 +414,17 @@ class ServeConfig:
                                   "beyond)")
     max_output_tokens: int = option(
         512, "an output has at most this many tokens, whatever the input (decode.max_length)")
+    max_request_work: int = option(
+        1 << 17, "the work one request may ask for: the sum over its sentences of beam_size x "
+                 "the sentence's output length cap (its tokens + max_length_offset, at most "
+                 "max_output_tokens); 413 beyond, so that one client cannot hold the search")
+    queue_timeout_seconds: float = option(
+        30.0, "a request whose sentences waited this long without all starting to decode gets "
+              "503 with Retry-After, and its waiting sentences are dropped")
+    read_timeout_seconds: float = option(
+        10.0, "a request's head, and then its body, must each arrive within this many seconds "
+              "(a body that does not: 408; a connection whose next request's head does not: "
+              "closed); idle keep-alive connections close after 5 s")
     api_key: str = option("", "if set, requests need 'Authorization: Bearer KEY' (the "
                               "LibreTranslate endpoint also takes api_key); '' : no key")
     cors_origins: str = option("", "comma-separated origins allowed to call the API from a "
@@ -439,6 +450,8 @@ class ServeConfig:
         if self.languages and not self.language_pair:
             raise ValueError("serve.languages is SRC-TGT (e.g. en-de) or SRC:TGT (pt-BR:de), "
                              f"got {self.languages!r}")
+        _check_positive(self, "max_request_work", "queue_timeout_seconds",
+                        "read_timeout_seconds")
         if self.max_wait_ms < 0 or self.grace_seconds < 0 or self.max_offset < 0:
             raise ValueError("serve.max_wait_ms, serve.grace_seconds and serve.max_offset "
                              "must be >= 0")

@@ -383,9 +383,14 @@ class BeamSearch:
                  if not at_limit[a] and not _beam_done(self.finished[a], N, bound[a])]
         return self._leave(still) if len(still) < A else []
 
+    def drop(self, keys: set[Any]) -> None:
+        """Sentences `keys` leave between steps, unfinished (their client went away)."""
+        if self.keys and keys & set(self.keys):
+            self._leave([a for a, key in enumerate(self.keys) if key not in keys])
+
     def _leave(self, still: list[int]) -> list[tuple[Any, list[Hypothesis]]]:
         """Keep sentences `still`; the others leave with their n-best."""
-        N, device = self.cfg.beam_size, self.alive_lp_An.device
+        N, device = self.alive_lp_An.size(1), self.alive_lp_An.device  # N rows: 1 before a step
         kept = set(still)
         done = [(key, sorted(hyps, key=lambda h: -h.score)[: self.cfg.n_best])
                 for a, (key, hyps) in enumerate(zip(self.keys, self.finished, strict=True))

@@ -255,6 +255,11 @@ class RunningSearch:
         with self._decoding():
             self.search.add(self.translator._padded(sources), keys)
 
+    def drop(self, keys: set[Any]) -> None:
+        """Sentences `keys` leave unfinished (BeamSearch.drop)."""
+        with self._decoding():
+            self.search.drop(keys)
+
     def step(self) -> list[tuple[Any, list[Translation]]]:
         """One token more for every sentence; (key, n-best) of those done."""
         with self._decoding():

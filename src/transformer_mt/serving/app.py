@@ -25,12 +25,19 @@ from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..config import ServeConfig, config_to_dict
+from ..config import DecodeConfig, ServeConfig, config_to_dict
 from ..inference.alignment import AlignmentChoice, hard_alignment
 from ..inference.translator import Translation, Translator, has_no_pieces
 from ..model.stats import count_parameters
 from ..model.transformer import Transformer
-from .batcher import Batcher, DecodingFailed, Draining, QueueFull, request_settings
+from .batcher import (
+    Batcher,
+    DecodingFailed,
+    Draining,
+    QueueFull,
+    QueueTimeout,
+    request_settings,
+)
 from .metrics import ServerMetrics
 
 log = logging.getLogger(__name__)
@@ -126,7 +133,8 @@ class ErrorBody(BaseModel):
     limit: Any = Field(None, description="the limit it broke")
 
 
-ERRORS = {status: {"model": ErrorBody} for status in (400, 401, 413, 422, 429, 500, 503)}
+ERRORS = {status: {"model": ErrorBody} for status in (400, 401, 408, 413, 422, 429, 500,
+                                                        503)}
 
 
 class Problem(Exception):
@@ -312,6 +320,7 @@ def create_app(translator: Translator, cfg: ServeConfig, *,
             if not has_no_pieces(ids):
                 sources.append(ids)
                 where.append(i)
+        check_work(sources, settings, cfg)
         results: list[list[Translation]] = [[] for _ in sentences]
         waited = decoded = 0.0
         if sources:
@@ -322,7 +331,8 @@ def create_app(translator: Translator, cfg: ServeConfig, *,
                 raise Problem(429, str(err), headers={"Retry-After": "1"}) from None
             except Draining as err:
                 raise Problem(503, str(err)) from None
-            for i, (nbest, queue_s, decode_s) in zip(where, await gather(futures), strict=True):
+            answers = await answered(request, futures, batcher, metrics)
+            for i, (nbest, queue_s, decode_s) in zip(where, answers, strict=True):
                 results[i] = nbest
                 waited, decoded = max(waited, queue_s), max(decoded, decode_s)
         if request is not None:
@@ -334,11 +344,52 @@ def create_app(translator: Translator, cfg: ServeConfig, *,
     return app
 
 
+async def answered(request: Request | None, futures: list[asyncio.Future], batcher: Batcher,
+                   metrics: ServerMetrics) -> list[tuple]:
+    """The answers of a request's sentences, once all are decoded; if its client disconnects
+    first, the batcher drops its sentences (counted) and the request ends with 499."""
+    answers = asyncio.ensure_future(gather(futures))
+    if request is None:  # the warm-up
+        return await answers
+    left = asyncio.ensure_future(disconnected(request))
+    try:
+        await asyncio.wait({answers, left}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        left.cancel()
+    if answers.done():
+        return answers.result()
+    metrics.abandoned.inc(batcher.abandon(futures))  # before cancel() settles the futures
+    answers.cancel()
+    raise Problem(499, "the client closed the connection before its answer")
+
+
+async def disconnected(request: Request) -> None:
+    """Returns once the client has closed the connection (its body is read already)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
 async def gather(futures: list[asyncio.Future]) -> list[tuple]:
     try:
         return await asyncio.gather(*futures)
     except DecodingFailed as err:
         raise Problem(500, str(err)) from None
+    except QueueTimeout as err:
+        raise Problem(503, str(err), headers={"Retry-After": "5"}) from None
+
+
+def check_work(sources: list[list[int]], settings: DecodeConfig, cfg: ServeConfig) -> None:
+    """413 where the request asks for more than serve.max_request_work: beam_size x each
+    sentence's output length cap, summed."""
+    beam = settings.beam_size if settings.strategy == "beam" else 1
+    caps = (len(ids) - 1 + settings.max_length_offset for ids in sources)
+    work = beam * sum(min(cap, settings.max_length) if settings.max_length else cap
+                      for cap in caps)
+    if work > cfg.max_request_work:
+        raise Problem(413, f"the request asks for {work} hypothesis tokens (beam_size x each "
+                      "sentence's output length cap, summed); send fewer sentences or a "
+                      "smaller beam_size or max_length_offset", field="text",
+                      limit=cfg.max_request_work)
 
 
 def translation_out(nbest: list[Translation], n_best: int, translator: Translator,
@@ -477,7 +528,7 @@ class Guard:
         body = b""
         try:
             if request.method == "POST":
-                body = await bounded_body(request, receive, self.cfg.max_body_bytes)
+                body = await timely_body(request, receive, self.cfg)
                 if body is None:  # the client went away while sending
                     return None
             path = request.url.path
@@ -498,11 +549,24 @@ class Guard:
         return await self.app(scope, replay, send)
 
 
+async def timely_body(request: Request, receive, cfg: ServeConfig) -> bytes | None:
+    """`bounded_body` within serve.read_timeout_seconds (408 beyond: a client that trickles
+    its body holds a connection, not the server)."""
+    try:
+        return await asyncio.wait_for(bounded_body(request, receive, cfg.max_body_bytes),
+                                      cfg.read_timeout_seconds)
+    except asyncio.TimeoutError:
+        raise Problem(408, f"the body did not arrive within {cfg.read_timeout_seconds:g} s "
+                      "(serve.read_timeout_seconds)", field="body",
+                      limit=cfg.read_timeout_seconds, headers={"Connection": "close"}) from None
+
+
 async def bounded_body(request: Request, receive, limit: int) -> bytes | None:
     """The request's body, or a 413 Problem once it is declared or found to be over `limit`
     bytes; None if the client disconnected before sending it all."""
     declared = request.headers.get("content-length", "")
-    too_large = Problem(413, f"request body over {limit} bytes", field="body", limit=limit)
+    too_large = Problem(413, f"request body over {limit} bytes", field="body", limit=limit,
+                        headers={"Connection": "close"})  # the rest is never read
     if declared.isdigit() and int(declared) > limit:
         raise too_large
     chunks, size = [], 0

@@ -39,6 +39,10 @@ class Draining(RuntimeError):
     """The batcher is shutting down and accepts no new work."""
 
 
+class QueueTimeout(RuntimeError):
+    """A request's sentences waited serve.queue_timeout_seconds without all starting."""
+
+
 @dataclass
 class Job:
     """One sentence of a request."""
@@ -51,6 +55,7 @@ class Job:
     loop: asyncio.AbstractEventLoop
     enqueued: float = field(default_factory=time.monotonic)
     started: float = 0.0  # when its decoding began
+    abandoned: bool = False  # its client went away: dropped at the worker's next step
 
     def resolve(self, result: list[Translation] | BaseException) -> None:
         """Hand the n-best list (or the error) to the request, as (n-best, seconds waited,
@@ -87,6 +92,7 @@ class Batcher:
         self.lock = threading.Condition()
         self.closing = False
         self.request_ids = itertools.count()
+        self.jobs: dict[int, Job] = {}  # id(job) -> job, those being decoded (lock held)
         self.stopped = threading.Event()
         self.worker = threading.Thread(target=self.run, name="batcher", daemon=True) \
             if thread else None
@@ -110,6 +116,21 @@ class Batcher:
             self.waiting += len(jobs)
             self.lock.notify()
         return [job.future for job in jobs]
+
+    def abandon(self, futures: list[asyncio.Future]) -> int:
+        """A request's client went away: its waiting sentences leave the queue now, those
+        being decoded leave the search at its next step. Returns how many it had not been
+        answered for."""
+        ours = {id(f) for f in futures}
+        with self.lock:
+            for request, queue in list(self.queues.items()):
+                if any(id(job.future) in ours for job in queue):
+                    self.waiting -= len(queue)
+                    del self.queues[request]
+            for job in self.jobs.values():
+                if id(job.future) in ours:
+                    job.abandoned = True
+        return sum(not f.done() for f in futures)
 
     @property
     def depth(self) -> int:
@@ -136,25 +157,33 @@ class Batcher:
 
     def _next_batch(self) -> list[Job] | None:
         """Wait for work, then up to max_wait_ms for a batch to fill; None once closed and
-        empty."""
+        empty. Requests past serve.queue_timeout_seconds leave first (`_expire`), and those
+        whose client went away meanwhile are gone (`abandon`)."""
         with self.lock:
-            while not self.waiting:
-                if self.closing:
-                    return None
-                self.lock.wait()
-            cfg = self._oldest_settings()
-            deadline = time.monotonic() + self.cfg.max_wait_ms / 1000
-            while not self.closing and not self._fill(cfg, cfg.batch_size,
-                                                      self.cfg.max_batch_tokens, take=False) \
-                    and (left := deadline - time.monotonic()) > 0:
-                self.lock.wait(left)
-            return self._fill(cfg, cfg.batch_size, self.cfg.max_batch_tokens, take=True,
-                              at_least_one=True)
+            while True:
+                self._expire()
+                if not self.waiting:
+                    if self.closing:
+                        return None
+                    self.lock.wait()
+                    continue
+                cfg = self._oldest_settings()
+                deadline = time.monotonic() + self.cfg.max_wait_ms / 1000
+                while not self.closing and not self._fill(cfg, cfg.batch_size,
+                                                          self.cfg.max_batch_tokens,
+                                                          take=False) \
+                        and (left := deadline - time.monotonic()) > 0:
+                    self.lock.wait(left)
+                batch = self._fill(cfg, cfg.batch_size, self.cfg.max_batch_tokens, take=True,
+                                   at_least_one=True)
+                if batch:
+                    return batch
 
     def _admit(self, cfg: DecodeConfig, sentences: int, tokens: int) -> list[Job]:
         """Waiting sentences with settings `cfg`, at most `sentences` of `tokens` source
         tokens, as long as the oldest waiting request has these settings."""
         with self.lock:
+            self._expire()
             if not self.waiting or self._oldest_settings() != cfg:
                 return []
             return self._fill(cfg, sentences, tokens, take=True)
@@ -198,7 +227,22 @@ class Batcher:
             if not self.queues[request]:
                 del self.queues[request]
         self.waiting -= len(batch)
+        for job in batch:
+            self.jobs[id(job)] = job
         return batch
+
+    def _expire(self) -> None:
+        """Requests whose oldest waiting sentence has waited serve.queue_timeout_seconds
+        leave the queue with QueueTimeout (lock held)."""
+        limit = time.monotonic() - self.cfg.queue_timeout_seconds
+        for request, queue in list(self.queues.items()):
+            if queue[0].enqueued < limit:
+                for job in queue:
+                    job.resolve(QueueTimeout(
+                        f"waited {self.cfg.queue_timeout_seconds:g} s (serve."
+                        "queue_timeout_seconds) without being decoded"))
+                self.waiting -= len(queue)
+                del self.queues[request]
 
     def _search(self, batch: list[Job]) -> None:
         """Continuous batching: a search that `batch` begins, and that waiting sentences with
@@ -216,6 +260,15 @@ class Batcher:
                         held[id(job)] = job
                     tokens += sum(len(job.ids) for job in batch)
                     search.add([job.ids for job in batch], [id(job) for job in batch])
+                if gone := {key for key, job in held.items() if job.abandoned}:
+                    search.drop(gone)
+                    for key in gone:
+                        job = held.pop(key)
+                        tokens -= len(job.ids)
+                        self._forget(job)
+                    if not held:
+                        batch = self._admit(cfg, cfg.batch_size, self.cfg.max_batch_tokens)
+                        continue
                 done = search.step()
             except Exception:  # noqa: BLE001 - isolate the request that fails
                 log.exception("a search of %d sentences failed; decoding its requests one by "
@@ -260,15 +313,22 @@ class Batcher:
                 results = self.translator.translate_ids([j.ids for j in jobs], jobs[0].cfg)
             except Exception as err:  # noqa: BLE001 - the request's error, not the server's
                 for job in jobs:
+                    self._forget(job)
                     job.resolve(DecodingFailed(f"decoding failed: {type(err).__name__}: {err}"))
             else:
                 for job, result in zip(jobs, results, strict=True):
                     self._resolve(job, result)
 
+    def _forget(self, job: Job) -> None:
+        """`job` is no longer being decoded."""
+        with self.lock:
+            self.jobs.pop(id(job), None)
+
     def _resolve(self, job: Job, nbest: list[Translation]) -> None:
         """Hand `nbest` to the job's request, its best with alignment rows where asked: on
         this thread, which alone runs the model (the rows' hooks must not see another's
         forward pass)."""
+        self._forget(job)
         if job.align is not None and nbest:
             try:
                 rows = self.translator.alignments([job.ids], nbest[:1], job.align)[0]

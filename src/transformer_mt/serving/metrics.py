@@ -41,6 +41,8 @@ class ServerMetrics:
         self.sentences = Counter("transformer_mt_sentences", "sentences decoded", registry=r)
         self.tokens = Counter("transformer_mt_source_tokens", "source tokens decoded",
                               registry=r)
+        self.abandoned = Counter("transformer_mt_abandoned_sentences", "sentences dropped "
+                                 "unanswered because their client went away", registry=r)
         self.queue_depth = Gauge("transformer_mt_queue_depth", "sentences waiting", registry=r)
 
     def observe_request(self, path: str, status: int, seconds: float) -> None:

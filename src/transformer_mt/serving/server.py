@@ -6,6 +6,7 @@ the batcher decodes on the main thread (batcher.py says why)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import signal
 import socket
@@ -44,10 +45,48 @@ class DrainingServer(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
-class JSONErrorsH11Protocol(H11Protocol):
-    """uvicorn's HTTP/1.1 protocol, whose own answer to a request it cannot parse (a bad
-    request line, a malformed or too large header) is JSON as the app's errors are, not plain
-    text. Such a request never reaches the app, so the metrics do not count it."""
+class GuardedH11Protocol(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol with two changes. Its own answer to a request it cannot
+    parse (a bad request line, a malformed header) is JSON as the app's errors are, not plain
+    text; such a request never reaches the app, so the metrics do not count it. And a
+    connection must send a request's head within `read_timeout` seconds of opening or of its
+    previous answer, else it is closed: uvicorn times out only connections that sent nothing
+    since their last answer, so a client could hold one with a single byte, or before its
+    first request."""
+
+    def __init__(self, *args, read_timeout: float, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.read_timeout, self.head_timer = read_timeout, None
+
+    def connection_made(self, transport) -> None:
+        super().connection_made(transport)
+        self._await_head()
+
+    def handle_events(self) -> None:
+        super().handle_events()
+        if self.head_timer is not None and self.conn.their_state is not h11.IDLE:
+            self.head_timer.cancel()  # the head has arrived
+            self.head_timer = None
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing():
+            self._await_head()
+
+    def connection_lost(self, exc) -> None:
+        if self.head_timer is not None:
+            self.head_timer.cancel()
+        super().connection_lost(exc)
+
+    def _await_head(self) -> None:
+        if self.head_timer is not None:
+            self.head_timer.cancel()
+        self.head_timer = self.loop.call_later(self.read_timeout, self._no_head)
+
+    def _no_head(self) -> None:
+        self.head_timer = None
+        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+            self.transport.close()
 
     def send_400_response(self, msg: str) -> None:
         body = json.dumps({"error": msg}).encode()
@@ -67,7 +106,8 @@ def serve(translator: Translator, cfg: ServeConfig, *,
     batcher = Batcher(translator, cfg, thread=False)
     app = create_app(translator, cfg, languages=languages, batcher=batcher)
     config = uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level="info",
-                            http=JSONErrorsH11Protocol,
+                            http=functools.partial(GuardedH11Protocol,
+                                                   read_timeout=cfg.read_timeout_seconds),
                             access_log=False,  # the app logs one line per request
                             timeout_graceful_shutdown=cfg.grace_seconds)
     server = DrainingServer(config)
