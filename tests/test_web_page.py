@@ -93,3 +93,41 @@ def test_show_attention_draws_each_translations_cross_attention(translator, tmp_
                 assert outlined == sorted(j * S + i for i, j in hard_alignment(rows))
         finally:
             driver.quit()
+
+
+def test_the_page_takes_an_api_key_and_explains_401_413_and_429(translator, tmp_path):  # noqa: F811
+    save_model(translator.model, tmp_path / "model", vocab_path=translator.vocab.path,
+               decode=translator.decode_cfg)
+    # a queue of 1 sentence: 2 lines are refused at once with 429; 3 lines are over the
+    # request's limit of 2 sentences (413)
+    with running_server(tmp_path / "model", "--api-key", "s3cret", "--max-queue", "1",
+                        "--max-sentences", "2") as (base, _server):
+        driver = browser(tmp_path / "chromium")
+
+        def translate(text: str) -> str:
+            source = driver.find_element(By.ID, "source")
+            source.clear()
+            source.send_keys(text)
+            driver.find_element(By.ID, "translate").click()
+            WebDriverWait(driver, 30).until(lambda d: d.find_element(
+                By.ID, "translate").is_enabled() and d.find_element(By.ID, "output").text)
+            return driver.find_element(By.ID, "output").text
+
+        try:
+            driver.get(base + "/")
+            WebDriverWait(driver, 30).until(expected_conditions.text_to_be_present_in_element(
+                (By.ID, "model"), "needs an API key"))
+            assert translate("dog runs .").startswith("This server needs an API key")
+            assert "error" in driver.find_element(By.ID, "output").get_attribute("class")
+            driver.find_element(By.ID, "api-key").send_keys("s3cret")
+            beam4 = dataclasses.replace(translator.decode_cfg, beam_size=4)  # the page's
+            expected = translator.translate_ids([translator.encode_source("dog runs .", 0)],
+                                                beam4)[0][0].text
+            assert translate("dog runs .") == expected
+            assert "error" not in driver.find_element(By.ID, "output").get_attribute("class")
+            assert "parameters" in driver.find_element(By.ID, "model").text  # the key opened it
+            assert translate("dog\ncat\nbird").startswith("Too much at once: send less text.")
+            assert "limit 2" in driver.find_element(By.ID, "output").text
+            assert translate("dog\ncat").startswith("The server is busy: try again in 1 s.")
+        finally:
+            driver.quit()
