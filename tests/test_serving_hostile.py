@@ -10,10 +10,13 @@ import select
 import socket
 import threading
 import time
+import urllib.parse
 import urllib.request
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from serving_helpers import http, running_server
 
@@ -350,3 +353,61 @@ def test_a_body_that_trickles_in_gets_408_and_the_connection_closes(slow_server)
     head, _, body = answer.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 408"), answer
     assert json.loads(body)["field"] == "body"
+
+
+texts = st.text(st.characters(exclude_categories=()), max_size=60)  # surrogates included
+json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | texts,
+                           lambda inner: st.lists(inner, max_size=3)
+                           | st.dictionaries(texts, inner, max_size=3), max_leaves=8)
+
+
+@settings(max_examples=150, deadline=None, derandomize=True,
+          suppress_health_check=list(HealthCheck))
+@given(path=st.sampled_from(sorted(ENDPOINTS)),
+       body=st.one_of(
+           st.builds(lambda f, t: {f: t}, st.sampled_from(["text", "q"]),
+                     texts | st.lists(texts, max_size=5)),
+           st.dictionaries(st.sampled_from(["text", "q", "source", "target", "format",
+                                            "beam_size", "n_best", "alpha", "api_key",
+                                            "max_length_offset", "alignment"]),
+                           json_values, max_size=6)),
+       as_form=st.booleans(), raw=st.binary(max_size=200), use_raw=st.booleans())
+def test_generated_texts_fields_and_bytes_never_get_a_5xx(keyed, path, body, as_form, raw,
+                                                          use_raw):
+    client, headers = keyed
+    if use_raw:
+        content, kind = raw, "application/json"
+    elif as_form:
+        content = urllib.parse.urlencode({k: str(v) for k, v in body.items()},
+                                         errors="surrogatepass").encode()
+        kind = "application/x-www-form-urlencoded"
+    else:
+        content, kind = json.dumps(body).encode(), "application/json"
+    response = post(client, path, content, headers, content_type=kind)
+    assert response.status_code < 500, (response.status_code, response.text)
+    assert response.headers["content-type"] == "application/json"
+    if response.status_code >= 400:
+        assert response.json()["error"]
+
+
+@settings(max_examples=30, deadline=None, derandomize=True,
+          suppress_health_check=list(HealthCheck))
+@given(head=st.binary(min_size=1, max_size=300)
+       | st.builds(lambda a, b: a + b, st.sampled_from(
+           [b"POST /v1/translate HTTP/1.1\r\n", b"GET /health HTTP/1.1\r\nHost: t\r\n",
+            b"POST /translate HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"]),
+           st.binary(max_size=200)))
+def test_random_bytes_on_the_wire_get_a_json_4xx_or_a_close_and_the_server_lives(
+        slow_server, head):
+    port = int(slow_server.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            sock.sendall(head)
+            sock.shutdown(socket.SHUT_WR)  # nothing more comes: the server must decide
+        _, answer = closed_within(sock, 3)
+    if answer:
+        status = answer.split(b" ", 2)[1]
+        assert status.startswith(b"4") or status == b"200", answer[:300]
+        if status.startswith(b"4"):
+            assert b"content-type: application/json" in answer.lower(), answer[:300]
+    assert http("GET", slow_server + "/health", timeout=5)[0] == 200
