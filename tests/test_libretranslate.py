@@ -7,14 +7,13 @@ import shutil
 import urllib.error
 
 import pytest
-import torch
 
-from serving_helpers import running_server
+from serving_helpers import random_translator, running_server
 
 pytest.importorskip("fastapi", reason="the serve extra: pip install -e '.[serve]'")
 from fastapi.testclient import TestClient  # noqa: E402
 
-from transformer_mt import DecodeConfig, ModelConfig, Transformer, Translator  # noqa: E402
+from transformer_mt import Translator  # noqa: E402
 from transformer_mt.cli.main import main  # noqa: E402
 from transformer_mt.cli.serve import model_languages  # noqa: E402
 from transformer_mt.config import ServeConfig, load_config  # noqa: E402
@@ -97,11 +96,7 @@ def test_a_real_libretranslate_client_lists_and_translates(model_dir):
 
 @pytest.fixture(scope="module")
 def translator(corpus_vocab):
-    torch.manual_seed(0)
-    cfg = ModelConfig(vocab_size=len(corpus_vocab), d_model=16, n_heads=2, d_ff=32,
-                      n_encoder_layers=1, n_decoder_layers=1, dropout=0.0, max_positions=64)
-    return Translator(Transformer(cfg).eval(), corpus_vocab,
-                      DecodeConfig(beam_size=2, max_length_offset=4))
+    return random_translator(corpus_vocab)
 
 
 def test_json_and_form_bodies_give_the_same_answers(translator):

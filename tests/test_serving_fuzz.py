@@ -9,11 +9,10 @@ import pytest
 
 schemathesis = pytest.importorskip("schemathesis")
 pytest.importorskip("fastapi")
-import torch  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
 from schemathesis.checks import positive_data_acceptance  # noqa: E402
+from serving_helpers import random_translator  # noqa: E402
 
-from transformer_mt import DecodeConfig, ModelConfig, Transformer, Translator  # noqa: E402
 from transformer_mt.config import ServeConfig  # noqa: E402
 from transformer_mt.serving.app import create_app  # noqa: E402
 
@@ -23,11 +22,7 @@ CALLS = {"count": 0}
 
 @pytest.fixture(scope="module")
 def api_schema(corpus_vocab):
-    torch.manual_seed(0)
-    cfg = ModelConfig(vocab_size=len(corpus_vocab), d_model=16, n_heads=2, d_ff=32,
-                      n_encoder_layers=1, n_decoder_layers=1, dropout=0.0, max_positions=64)
-    translator = Translator(Transformer(cfg).eval(), corpus_vocab,
-                            DecodeConfig(beam_size=2, max_length_offset=4))
+    translator = random_translator(corpus_vocab)
     # limits small enough that the worst generated request decodes in milliseconds
     serve = ServeConfig(max_wait_ms=0.0, max_beam=4, max_offset=16, max_output_tokens=24,
                         max_sentences=4, max_chars=200)

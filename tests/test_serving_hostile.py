@@ -14,16 +14,14 @@ import urllib.parse
 import urllib.request
 
 import pytest
-import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from serving_helpers import http, running_server
+from serving_helpers import http, random_translator, running_server
 
 pytest.importorskip("fastapi", reason="the serve extra: pip install -e '.[serve]'")
 from fastapi.testclient import TestClient  # noqa: E402
 
-from transformer_mt import DecodeConfig, ModelConfig, Transformer, Translator  # noqa: E402
 from transformer_mt.config import ServeConfig  # noqa: E402
 from transformer_mt.serving.app import create_app  # noqa: E402
 from transformer_mt.storage.model_dir import save_model  # noqa: E402
@@ -34,11 +32,7 @@ ENDPOINTS = {"/v1/translate": "text", "/translate": "q"}
 
 @pytest.fixture(scope="module")
 def translator(corpus_vocab):
-    torch.manual_seed(0)
-    cfg = ModelConfig(vocab_size=len(corpus_vocab), d_model=16, n_heads=2, d_ff=32,
-                      n_encoder_layers=1, n_decoder_layers=1, dropout=0.0, max_positions=64)
-    return Translator(Transformer(cfg).eval(), corpus_vocab,
-                      DecodeConfig(beam_size=2, max_length_offset=4))
+    return random_translator(corpus_vocab)
 
 
 @pytest.fixture(scope="module", params=["no key", "key"])
@@ -222,11 +216,7 @@ def test_a_request_over_the_work_cap_is_a_413_before_any_decoding(translator):
 def slow_translator(corpus_vocab):
     """A random model wide enough that 16 sentences at beam 16, whose outputs run to their
     length cap, decode for seconds."""
-    torch.manual_seed(0)
-    cfg = ModelConfig(vocab_size=len(corpus_vocab), d_model=64, n_heads=4, d_ff=128,
-                      n_encoder_layers=2, n_decoder_layers=2, dropout=0.0, max_positions=512)
-    return Translator(Transformer(cfg).eval(), corpus_vocab,
-                      DecodeConfig(beam_size=2, max_length_offset=4))
+    return random_translator(corpus_vocab, d_model=64, n_heads=4, layers=2, max_positions=512)
 
 
 HEAVY = {"text": ["a dog runs in the park with a ball and a boy ."] * 16, "beam_size": 16,
