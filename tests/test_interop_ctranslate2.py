@@ -126,6 +126,14 @@ def test_ctranslate2_keeps_what_our_ranking_would_keep():
             assert worst <= 0.0205 * alpha, (alpha, length, worst)
 
 
+def at_cap(translation, source: list[int], cfg: DecodeConfig) -> bool:
+    """Whether a translation of `source` (its ids + EOS) holds as many tokens, EOS included,
+    as its length cap allows."""
+    from transformer_mt.inference.search import max_output_lengths
+
+    return len(translation.tokens) + 1 >= int(max_output_lengths(torch.tensor([source]), 0, cfg))
+
+
 @pytest.mark.parametrize("decoding", DECODINGS, ids=[str(d) for d in DECODINGS])
 def test_ctranslate2_decodes_what_we_decode(trained_model, tmp_path, decoding):
     ours = Translator.from_dir(trained_model)
@@ -144,10 +152,14 @@ def test_ctranslate2_decodes_what_we_decode(trained_model, tmp_path, decoding):
                                                           [y.score for y in b])
                 assert all(abs(x.log_prob - y.log_prob) <= t for x, y, t in
                            zip(a, b, tol, strict=True))
-        else:  # a near tie of the two best, by our model's own scores of both
+        elif not at_cap(a[0], source, cfg) and not at_cap(b[0], source, cfg):
+            # a near tie of the two best, by our model's own scores of both
             x, y = (scored(ours, source, n[0].tokens, cfg) for n in (a, b))
             assert abs(x - y) <= PER_TOKEN * (max(len(a[0].tokens), len(b[0].tokens)) + 1), \
                 (a[0].text, x, b[0].text, y)
+        # else one of them is at the length cap, where every live beam finishes at once and
+        # CTranslate2 keeps beam_size of them ranked without the EOS our search forces there
+        # (docs/interop.md); seen on a Zen 4 at beam 4, max_length 5: 1 sentence in 40
     assert same >= 0.95 * len(sources), f"{same} of {len(sources)} identical"  # 40 on a Xeon
     if cfg.max_length:
         assert sum(len(ours.vocab.encode(n[0].text)) + 1 == cfg.max_length
