@@ -11,8 +11,8 @@ schemathesis = pytest.importorskip("schemathesis")
 pytest.importorskip("fastapi")
 from hypothesis import HealthCheck, settings  # noqa: E402
 from schemathesis.checks import positive_data_acceptance  # noqa: E402
-from serving_helpers import random_translator  # noqa: E402
 
+from serving_helpers import random_translator  # noqa: E402
 from transformer_mt.config import ServeConfig  # noqa: E402
 from transformer_mt.serving.app import create_app  # noqa: E402
 
