@@ -29,6 +29,40 @@ def test_console_script_help():
     assert "info" in out and "translate" in out
 
 
+NO_TORCH = """
+import importlib, sys
+class NoTorch:  # importing torch fails, naming who asked
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch":
+            raise ImportError("torch imported")
+sys.meta_path.insert(0, NoTorch())
+main = importlib.import_module("transformer_mt.cli.main")
+parser = main.build_parser()
+for command in parser._subparsers._group_actions[0].choices.values():
+    command.format_help()
+sys.exit(main.main(sys.argv[1:]))
+"""
+
+
+def test_help_and_the_commands_that_need_no_model_run_without_torch(tmp_path, corpus):
+    """`transformer-mt --help`, every command's --help, evaluate and prepare start without
+    importing torch (2-3 s of a cold start); what needs torch imports it where it runs."""
+    def no_torch(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", NO_TORCH, *argv], capture_output=True,
+                              text=True, timeout=120)
+
+    assert no_torch("--help").returncode == 0
+    hyp = corpus / "valid.de"
+    done = no_torch("evaluate", "--hyp", str(hyp), "--ref", str(hyp))
+    assert done.returncode == 0 and "BLEU" in done.stdout, done.stderr
+    done = no_torch("prepare", "--train-src", str(corpus / "train.en"), "--train-tgt",
+                    str(corpus / "train.de"), "--vocab-size", "300", "--out",
+                    str(tmp_path / "data"))
+    assert done.returncode == 0, done.stderr
+    done = no_torch("info", "--config", "tiny")  # a model's statistics need torch
+    assert "torch imported" in done.stderr
+
+
 def test_translate_end_to_end(tmp_path, corpus_vocab, monkeypatch, caplog):
     torch.manual_seed(0)
     cfg = ModelConfig(vocab_size=len(corpus_vocab), d_model=32, n_heads=4, d_ff=64,

@@ -5,21 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import torch
-
-from ..inference.attention_maps import KINDS, attention_maps
-from ..inference.attention_view import (
-    SentenceAttention,
-    draw_from,
-    draw_grid,
-    draw_head,
-    draw_html,
-    save_bertviz,
-    save_npz,
-)
-from ..inference.translator import Translator
 from ..storage.files import atomic_dir
-from ..training.checkpoint import resolve_model_dir
 
 
 def add_parser(sub) -> None:
@@ -55,6 +41,21 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import torch  # here: `--help` needs no torch (tests/test_cli.py)
+
+    from ..inference.attention_maps import KINDS, attention_maps
+    from ..inference.attention_view import (
+        SentenceAttention,
+        draw_from,
+        draw_grid,
+        draw_head,
+        draw_html,
+        save_bertviz,
+        save_npz,
+    )
+    from ..inference.translator import Translator
+    from ..training.checkpoint import resolve_model_dir
+
     translator = Translator.from_dir(resolve_model_dir(args.model))
     model, vocab = translator.model, translator.vocab
     n = model.cfg.n_encoder_layers

@@ -6,8 +6,6 @@ import argparse
 import logging
 from pathlib import Path
 
-from ..training.checkpoint import average_checkpoints, checkpoint_dirs, read_state
-
 log = logging.getLogger(__name__)
 # §6.1 averaged the last 5 checkpoints of 100k steps, saved every 10 minutes: the last ~4 % of
 # training. A warning where the first averaged checkpoint is below this share of the last's
@@ -28,6 +26,8 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..training.checkpoint import average_checkpoints, checkpoint_dirs, read_state
+
     checkpoints = checkpoint_dirs(args.run_dir)
     if not checkpoints:
         raise ValueError(f"{args.run_dir}: no checkpoints")

@@ -4,16 +4,15 @@ other toolkits' formats."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+import importlib
 from pathlib import Path
 
-from ..interop.ct2 import QUANTIZATIONS, export_ctranslate2
-from ..interop.fairseq import import_fairseq
-from ..interop.marian import export_marian, import_marian
+from ..interop import QUANTIZATIONS
 from ..storage.files import atomic_dir
 
-IMPORTERS = {"marian": import_marian, "fairseq": import_fairseq}
-EXPORTERS = {"marian": export_marian, "ctranslate2": export_ctranslate2}
+# format -> (module of interop/, its function), imported when used: `--help` needs no torch
+IMPORTERS = {"marian": ("marian", "import_marian"), "fairseq": ("fairseq", "import_fairseq")}
+EXPORTERS = {"marian": ("marian", "export_marian"), "ctranslate2": ("ct2", "export_ctranslate2")}
 COMMANDS = ("import", "export")  # keywords: not the module's name
 
 IMPORT_HELP = (
@@ -43,7 +42,7 @@ def add_parser(sub) -> None:
 
 
 def _add(sub, command: str, summary: str, description: str,
-         converters: dict[str, Callable[..., Path]], source: tuple[str, str]
+         converters: dict[str, tuple[str, str]], source: tuple[str, str]
          ) -> argparse.ArgumentParser:
     p = sub.add_parser(command, help=summary, description=description)
     p.add_argument("format", choices=sorted(converters), help="the other toolkit's format")
@@ -53,13 +52,15 @@ def _add(sub, command: str, summary: str, description: str,
     return p
 
 
-def run(args: argparse.Namespace, converters: dict[str, Callable[..., Path]]) -> int:
+def run(args: argparse.Namespace, converters: dict[str, tuple[str, str]]) -> int:
     options = {}
     if getattr(args, "quantization", None) is not None:
         if args.format != "ctranslate2":
             raise ValueError(f"--quantization applies to ctranslate2, not {args.format}")
         options["quantization"] = args.quantization
+    module, function = converters[args.format]
+    convert = getattr(importlib.import_module(f"..interop.{module}", __package__), function)
     with atomic_dir(args.out) as tmp:  # a failed conversion leaves --out as it was
-        converters[args.format](args.source, tmp, **options)
+        convert(args.source, tmp, **options)
     print(f"{args.command} {args.format}: {args.source} -> {args.out}")
     return 0

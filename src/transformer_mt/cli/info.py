@@ -7,8 +7,6 @@ import dataclasses
 from pathlib import Path
 
 from ..config import Config, ModelConfig, config_data, load_config, preset_names
-from ..data.prepare import load_vocab
-from ..model.stats import model_stats
 from .options import add_config_options, as_overrides, given
 
 
@@ -31,6 +29,8 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..model.stats import model_stats  # here: `--help` needs no torch
+
     overrides = list(args.overrides) + as_overrides(given(args, "model"), "model")
     cfg = load_config(args.config, overrides)
     vocab, source = vocabulary_size(args, cfg, overrides)
@@ -54,6 +54,8 @@ def vocabulary_size(args: argparse.Namespace, cfg: Config, overrides: list[str]
     """The vocabulary the model trained from this config has, and where that comes from:
     train takes it from the data directory, which prepare --config builds at data.vocab_size."""
     if args.data is not None:
+        from ..data.prepare import load_vocab
+
         return len(load_vocab(args.data)), f"{args.data}"
     if "model.vocab_size" in {o.split("=")[0] for o in overrides}:
         return cfg.model.vocab_size, "model.vocab_size"

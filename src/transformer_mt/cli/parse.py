@@ -8,15 +8,13 @@ import json
 import sys
 from collections import Counter
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from ..config import DecodeConfig
 from ..data.trees import SLOTS, TreeError, is_bracket, parsing_pair, restore
 from ..data.vocab import WORD_BOUNDARY, Vocabulary
 from ..evaluation.bleu import read_text
 from ..evaluation.evalb import evalb_params, score_files, summary
-from ..inference.search import TreeConstraints
 from ..storage.files import atomic_dir, atomic_write_text
 from .options import (
     add_config_options,
@@ -25,6 +23,9 @@ from .options import (
     open_translator,
     section_overrides,
 )
+
+if TYPE_CHECKING:
+    from ..inference.search import TreeConstraints
 
 SPLITS = {"train": "train", "valid": "dev", "test": "test"}  # ours: the Treebank sample's
 SYMBOLS_FILE = "symbols.txt"
@@ -154,6 +155,10 @@ def tree_constraints(vocab: Vocabulary, *, slots: bool, balanced: bool) -> TreeC
     word boundary alone too: SentencePiece writes a rare word as "▁" and its letters) is a word
     of the source and, unless it opens or closes a constituent ("(NP", ")NP"), a slot of the
     target, as `restore` reads the output's tokens."""
+    import torch  # here: `--help` needs no torch
+
+    from ..inference.search import TreeConstraints
+
     if not isinstance(vocab, Vocabulary):
         raise ValueError("parse trees --word-slots and --balanced need a SentencePiece "
                          "vocabulary of ours")

@@ -9,7 +9,6 @@ from ..config import DataConfig, load_config
 from ..data.corpora import CORPORA, locate
 from ..data.prepare import SplitFiles, language_of, prepare
 from ..data.wmt14 import archives
-from ..storage.model_dir import CONFIG_FILE, load_config_json
 from .options import add_config_options, as_overrides, given
 
 
@@ -85,6 +84,8 @@ def run(args: argparse.Namespace) -> int:
                   "LibreTranslate endpoint needs them")
     vocabulary = None
     if args.vocabulary:
+        from ..storage.model_dir import CONFIG_FILE, load_config_json  # torch: only here
+
         model_cfg, _ = load_config_json(args.vocabulary / CONFIG_FILE)
         vocabulary = (args.vocabulary, {"pad": model_cfg.pad_id, "bos": model_cfg.bos_id,
                                         "eos": model_cfg.eos_id})

@@ -8,8 +8,7 @@ import logging
 from pathlib import Path
 
 from ..config import DecodeConfig, ServeConfig
-from ..interop.ct2 import OURS_FILE
-from ..storage.model_dir import CONFIG_FILE
+from ..interop import OURS_FILE
 from .options import (
     add_config_options,
     add_model_options,
@@ -48,6 +47,8 @@ def model_languages(model_dir: Path, given: tuple[str, str] | None = None
     None where they are not known."""
     if given:
         return given
+    from ..storage.model_dir import CONFIG_FILE  # here: `--help` needs no torch
+
     ours = model_dir / OURS_FILE
     config = json.loads((ours if ours.exists() else model_dir / CONFIG_FILE).read_text(
         encoding="utf-8"))

@@ -9,8 +9,6 @@ import textwrap
 from pathlib import Path
 
 from ..config import Config, ModelConfig, load_config, preset_names
-from ..training.fine_tune import init_model_config
-from ..training.loop import TrainingDiverged, train
 from .options import section_overrides
 
 
@@ -50,6 +48,9 @@ def config_keys() -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..training.fine_tune import init_model_config  # here: `--help` needs no torch
+    from ..training.loop import TrainingDiverged, train
+
     cfg = load_config(args.config, args.overrides)
     if args.init_from:
         given = section_overrides([o for o in args.overrides if o.startswith("model.")],

@@ -21,7 +21,6 @@ from ..inference.alignment import (
     hard_alignment,
     word_pairs,
 )
-from ..inference.translator import SourceTooLong, best_text
 from ..storage.files import atomic_output
 from ..training.progress import Progress
 from .options import (
@@ -89,6 +88,8 @@ def heads(text: str) -> tuple[int, ...]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..inference.translator import best_text  # here: `--help` needs no torch
+
     overrides = section_overrides(args.overrides, DecodeConfig, "decode") | given(args, "decode")
     if args.chunk < 1:
         raise ValueError(f"--chunk must be at least 1, got {args.chunk}")
@@ -146,6 +147,8 @@ def encode(translator, sentences: list[str], first: int, too_long: str
            ) -> tuple[list[list[int] | None], int]:
     """Each sentence's ids (None: skipped) and how many were too long for the model; with
     --too-long error the first such sentence stops everything, named by its line."""
+    from ..inference.translator import SourceTooLong
+
     sources, cut = [], 0
     for i, sentence in enumerate(sentences):
         try:

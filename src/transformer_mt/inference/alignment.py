@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
-from torch import Tensor
+if TYPE_CHECKING:  # torch itself only where weights are computed: translate --help needs none
+    from torch import Tensor
 
 QUERIES = ("predicting", "input")
 # The default layer, counted from the top: 3 = index 1 of a 4-layer decoder, the layer that
@@ -57,6 +58,8 @@ def alignment_weights(cross_HQS: Tensor, src_len: int, out_len: int, choice: Ali
     heads = list(choice.heads) if choice.heads else slice(None)
     start = 1 if choice.query == "input" else 0
     w_TS = cross_HQS[heads].float().mean(0)[start: start + out_len, :src_len]
+    import torch
+
     return w_TS / w_TS.sum(-1, keepdim=True).clamp_min(torch.finfo(torch.float32).tiny)
 
 

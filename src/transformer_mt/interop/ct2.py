@@ -34,11 +34,8 @@ from ..inference.search import length_norm, max_output_lengths
 from ..inference.translator import Translation, Translator
 from ..model.transformer import Transformer
 from ..storage.model_dir import CONFIG_FILE, ModelLoadError, load_model
-from . import ConversionError
+from . import OURS_FILE, QUANTIZATIONS, ConversionError
 
-OURS_FILE = "transformer_mt.json"  # our model and decoding config beside CTranslate2's files
-QUANTIZATIONS = ("float32", "int8", "int8_float32", "int8_bfloat16", "int16", "bfloat16",
-                 "float16", "int8_float16")
 ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "silu": "SWISH"}
 
 
