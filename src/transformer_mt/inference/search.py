@@ -84,9 +84,14 @@ def length_norm(length: int | Tensor, cfg: DecodeConfig) -> float | Tensor:
 
 
 def max_output_lengths(src_BS: Tensor, pad_id: int, cfg: DecodeConfig) -> Tensor:
-    """(B,) the longest output allowed per sentence: its source length + offset (§6.1), capped
-    by cfg.max_length when set, and never below cfg.min_length."""
-    max_len_B = src_BS.ne(pad_id).sum(dim=1) + cfg.max_length_offset
+    """(B,) the longest output allowed per sentence: `output_length_caps` of its length."""
+    return output_length_caps(src_BS.ne(pad_id).sum(dim=1), cfg)
+
+
+def output_length_caps(src_len_B: Tensor, cfg: DecodeConfig) -> Tensor:
+    """(B,) the longest output allowed for sources of these lengths (EOS included): the
+    length + offset (§6.1), capped by cfg.max_length when set, never below cfg.min_length."""
+    max_len_B = src_len_B + cfg.max_length_offset
     if cfg.max_length:
         max_len_B = max_len_B.clamp(max=cfg.max_length)
     return max_len_B.clamp(min=max(cfg.min_length, 1))

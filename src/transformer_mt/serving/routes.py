@@ -17,6 +17,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Res
 
 from ..config import DecodeConfig, ServeConfig, config_to_dict
 from ..inference.alignment import AlignmentChoice, hard_alignment
+from ..inference.search import output_length_caps
 from ..inference.translator import Translation, Translator, has_no_pieces
 from ..model.stats import count_parameters
 from ..model.transformer import Transformer
@@ -228,9 +229,9 @@ def check_work(sources: list[list[int]], settings: DecodeConfig, cfg: ServeConfi
     """413 where the request asks for more than serve.max_request_work: beam_size x each
     sentence's output length cap, summed."""
     beam = settings.beam_size if settings.strategy == "beam" else 1
-    caps = (len(ids) - 1 + settings.max_length_offset for ids in sources)
-    work = beam * sum(min(cap, settings.max_length) if settings.max_length else cap
-                      for cap in caps)
+    caps = output_length_caps(torch.tensor([len(ids) for ids in sources], dtype=torch.long),
+                              settings)
+    work = beam * int(caps.sum())
     if work > cfg.max_request_work:
         raise Problem(413, f"the request asks for {work} hypothesis tokens (beam_size x each "
                       "sentence's output length cap, summed); send fewer sentences or a "
