@@ -180,7 +180,24 @@ INIT_SHAPES = [  # (overrides of the paper's base config): d_k = d_model / h and
          norm_first=True, weight_tying="none", attention_bias=True, output_bias=True),
     dict(d_model=192, n_heads=3, d_k=32, d_v=48, d_ff=384, n_encoder_layers=2,
          n_decoder_layers=1, positional="learned", weight_tying="decoder"),
+    dict(d_model=192, n_heads=3, d_k=32, d_v=48, d_ff=384, n_encoder_layers=1,
+         n_decoder_layers=2, cross_attention_init="tensor2tensor_v1"),
 ]
+
+
+def glorot_bound(module_name: str, linear: torch.nn.Linear, cfg: ModelConfig) -> float:
+    """The bound a of U(-a, a) for `linear`: Glorot a = gain sqrt(6 / (fan_in + fan_out)), gain
+    1/sqrt(2) for W^Q, W^K, W^V; with cross_attention_init tensor2tensor_v1 the
+    encoder-decoder attention's W^Q at gain 1 and its W^K, W^V as parts of one unit-gain
+    Glorot matrix whose fan_out is h d_k + h d_v."""
+    block, name = (["", ""] + module_name.split("."))[-2:]
+    fan_in, fan_out = linear.in_features, linear.out_features
+    if name not in ("w_q", "w_k", "w_v"):
+        return math.sqrt(6 / (fan_in + fan_out))
+    if block == "cross_attn" and cfg.cross_attention_init == "tensor2tensor_v1":
+        fused_out = cfg.n_heads * (cfg.head_dim_k + cfg.head_dim_v)
+        return math.sqrt(6 / (fan_in + (fan_out if name == "w_q" else fused_out)))
+    return cfg.qkv_init_gain * math.sqrt(6 / (fan_in + fan_out))
 
 
 @pytest.mark.parametrize("overrides", INIT_SHAPES)
@@ -189,7 +206,8 @@ def test_a_fresh_model_has_the_papers_code_initialisation(overrides):
     a = gain sqrt(6 / (fan_in + fan_out)), variance a^2 / 3, for every linear map, gain
     1/sqrt(2) for W^Q, W^K, W^V (tensor2tensor v1.0's one fused matrix for the three: variance
     1 / (2 d_model) where h d_k = d_model), 1 elsewhere; N(0, 1 / d_model) for embeddings;
-    zero biases; LayerNorm's gain 1 and bias 0."""
+    zero biases; LayerNorm's gain 1 and bias 0; tensor2tensor v1.0's encoder-decoder
+    attention on request (`glorot_bound`)."""
     torch.manual_seed(0)
     cfg = ModelConfig(vocab_size=3000, max_positions=256, **overrides)
     model = Transformer(cfg)
@@ -214,9 +232,7 @@ def test_a_fresh_model_has_the_papers_code_initialisation(overrides):
                 assert abs(w.mean().item()) < 0.05 * cfg.d_model**-0.5, where
             else:
                 assert isinstance(module, torch.nn.Linear), where
-                gain = cfg.qkv_init_gain if module_name.split(".")[-1] in (
-                    "w_q", "w_k", "w_v") else 1.0
-                bound = gain * math.sqrt(6 / (module.in_features + module.out_features))
+                bound = glorot_bound(module_name, module, cfg)
                 assert w.abs().max().item() <= bound * (1 + 1e-6), where
                 assert w.abs().max().item() > 0.99 * bound, where  # not a narrower draw
                 assert abs(w.var().item() / (bound**2 / 3) - 1) < 0.05, where

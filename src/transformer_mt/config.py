@@ -89,6 +89,11 @@ class ModelConfig:
     # nn.MultiheadAttention has it). Gain 1 (tensor2tensor's split of November 2017) stalls
     # post-norm at small sizes (benchmarks/results/multi30k-recipe-sweep-gpu). docs/faithful.md.
     qkv_init_gain: float = 2**-0.5
+    # The encoder-decoder attention's W^Q, W^K, W^V. as_self: as self-attention's (the gain
+    # above; fairseq). tensor2tensor_v1: as tensor2tensor v1.0, which projected q alone
+    # (unit-gain Glorot, variance 1 / d_model) and k, v from the memory with one unit-gain
+    # Glorot matrix (variance 2 / (3 d_model)). docs/faithful.md says which trains.
+    cross_attention_init: Literal["as_self", "tensor2tensor_v1"] = "as_self"
     # False: post-norm LayerNorm(x + Sublayer(x)) as in the paper.
     # True is a deviation (pre-norm, with a final LayerNorm on each stack).
     norm_first: bool = False

@@ -378,8 +378,22 @@ class Transformer(nn.Module):
         with torch.no_grad():  # Glorot with gain g is g x Glorot: the same random draws
             for module in self.modules():
                 if isinstance(module, MultiHeadAttention):
-                    for projection in (module.w_q, module.w_k, module.w_v):
-                        projection.weight.mul_(self.cfg.qkv_init_gain)
+                    for projection, gain in zip((module.w_q, module.w_k, module.w_v),
+                                                self.qkv_init_gains(module)):
+                        projection.weight.mul_(gain)
+
+    def qkv_init_gains(self, attention: MultiHeadAttention) -> tuple[float, float, float]:
+        """The Glorot gains of `attention`'s W^Q, W^K, W^V (cfg.qkv_init_gain,
+        cfg.cross_attention_init). tensor2tensor v1.0's encoder-decoder attention: q at gain 1,
+        k and v as slices of one Glorot matrix of width h d_k + h d_v."""
+        cross = self.cfg.cross_attention_init == "tensor2tensor_v1" and any(
+            attention is layer.cross_attn for layer in self.decoder.layers)
+        if not cross:
+            return (self.cfg.qkv_init_gain,) * 3
+        d_in, d_k, d_v = attention.w_k.in_features, attention.w_k.out_features, \
+            attention.w_v.out_features
+        return (1.0, math.sqrt((d_in + d_k) / (d_in + d_k + d_v)),
+                math.sqrt((d_in + d_v) / (d_in + d_k + d_v)))
 
     def encode(self, src_BS: Tensor) -> Memory:
         """Source ids (B, S), padded with pad_id -> Memory with states (B, S, D)."""

@@ -35,7 +35,7 @@ STATE_KEYS = ("step", "epoch", "batch_in_epoch", "tokens", "shuffle_seed", "best
 
 # Model settings that only initialise a fresh model (a resumed one has its checkpoint's
 # weights), with the value a checkpoint written before the setting existed began with.
-INIT_ONLY_MODEL_KEYS = {"qkv_init_gain": 1.0}
+INIT_ONLY_MODEL_KEYS = {"qkv_init_gain": 1.0, "cross_attention_init": "as_self"}
 
 SINGLE_PROCESS = World()
 
