@@ -11,13 +11,24 @@ from transformer_mt import DecodeConfig, ModelLoadError, beam_search, load_model
 from transformer_mt.storage.model_dir import CONFIG_FILE, WEIGHTS_FILE, read_weights
 
 
-def test_save_load_round_trip_identical_outputs(tmp_path):
-    model = tiny_model(seed=1, weight_tying="decoder", positional="learned")
+@pytest.mark.parametrize("overrides", [
+    dict(weight_tying="decoder", positional="learned"),
+    dict(weight_tying="three_way"),
+    dict(weight_tying="none", sinusoid_layout="concat", position_offset=2),
+])
+def test_save_load_round_trip_identical_outputs(tmp_path, overrides):
+    model = tiny_model(seed=1, **overrides)
     decode = DecodeConfig(beam_size=3, length_penalty=1.0)
     save_model(model, tmp_path / "m", decode=decode)
+    random_state = torch.random.get_rng_state()
     loaded, loaded_decode = load_model(tmp_path / "m")
+    # no random initialisation was drawn only to be overwritten
+    assert torch.equal(torch.random.get_rng_state(), random_state)
     assert loaded.cfg == model.cfg and loaded_decode == decode
-    assert loaded.generator.weight is loaded.tgt_embed.tokens.weight  # the tie survives
+    ties = {"three_way": 3, "decoder": 2, "none": 1}[model.cfg.weight_tying]
+    assert sum(m.weight is loaded.tgt_embed.tokens.weight for m in (
+        loaded.src_embed.tokens, loaded.tgt_embed.tokens, loaded.generator)) == ties
+    assert all(p.dtype == torch.float32 and p.requires_grad for p in loaded.parameters())
     src, tgt = random_batch(0, 3, 6), random_batch(1, 3, 5)
     assert torch.equal(loaded(src, tgt), model(src, tgt))
     assert [h[0].tokens for h in beam_search(loaded, src, decode)] == \

@@ -28,8 +28,7 @@ import torch
 
 from ..config import DecodeConfig, ModelConfig
 from ..data.vocab import MARIAN_FILES, TARGET_VOCAB_FILE, MarianVocabulary
-from ..model.transformer import Transformer
-from ..storage.model_dir import ModelLoadError, assign_weights, load_torch_file, save_model
+from ..storage.model_dir import ModelLoadError, load_torch_file, model_from_weights, save_model
 from . import ConversionError
 from .layout import layer_names
 
@@ -205,9 +204,8 @@ def import_fairseq(checkpoint: str | Path, out_dir: str | Path) -> Path:
         sides.append(_padded(pieces, rows, path, tensor))
     source, target = sides
     cfg = fairseq_model_config(args, len(source), len(target), checkpoint)
-    model = Transformer(cfg)
     try:
-        assign_weights(model, fairseq_state(cfg, state, checkpoint), checkpoint)
+        model = model_from_weights(cfg, fairseq_state(cfg, state, checkpoint), checkpoint)
     except ModelLoadError as err:
         raise ConversionError(str(err)) from None
     out_dir.mkdir(parents=True, exist_ok=True)

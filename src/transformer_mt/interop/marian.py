@@ -44,12 +44,12 @@ from ..data.vocab import (
     copy_vocabulary,
     load_model_vocabulary,
 )
-from ..model.transformer import Transformer, sinusoidal_positions
+from ..model.transformer import sinusoidal_positions
 from ..storage.files import atomic_write
 from ..storage.model_dir import (
     ModelLoadError,
-    assign_weights,
     load_model,
+    model_from_weights,
     read_foreign_weights,
     save_model,
 )
@@ -238,9 +238,8 @@ def import_marian(src_dir: str | Path, out_dir: str | Path) -> Path:
     state, decode = marian_state(cfg, theirs, weights), marian_decode_config(hf, cfg)
     if isinstance(hf.get(OURS), dict):
         cfg, state, decode = _restored(cfg, state, hf[OURS], src_dir / "config.json")
-    model = Transformer(cfg)
     try:
-        assign_weights(model, state, weights)
+        model = model_from_weights(cfg, state, weights)
     except ModelLoadError as err:
         raise ConversionError(str(err)) from None
     out_dir.mkdir(parents=True, exist_ok=True)

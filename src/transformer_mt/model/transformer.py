@@ -32,20 +32,30 @@ def sinusoidal_positions(n_positions: int, d_model: int, layout: str = "interlea
     """
     if d_model % 2:
         raise ValueError(f"sinusoidal positions need an even d_model, got {d_model}")
-    pos_P1 = torch.arange(n_positions, dtype=torch.float64)[:, None]
+    cpu = torch.device("cpu")  # also under torch.device("meta"), where these cost seconds
+    pos_P1 = torch.arange(n_positions, dtype=torch.float64, device=cpu)[:, None]
     half = d_model // 2
-    paper_inv_freq = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    paper_inv_freq = 10000.0 ** (-torch.arange(0, d_model, 2, dtype=torch.float64, device=cpu)
+                                 / d_model)
     if layout == "interleaved":
-        table = torch.zeros(n_positions, d_model, dtype=torch.float64)
+        table = torch.zeros(n_positions, d_model, dtype=torch.float64, device=cpu)
         table[:, 0::2] = torch.sin(pos_P1 * paper_inv_freq)
         table[:, 1::2] = torch.cos(pos_P1 * paper_inv_freq)
     elif layout in ("concat", "split"):
         inv_freq = paper_inv_freq if layout == "split" else \
-            10000.0 ** (-torch.arange(half, dtype=torch.float64) / max(half - 1, 1))
+            10000.0 ** (-torch.arange(half, dtype=torch.float64, device=cpu) / max(half - 1, 1))
         table = torch.cat([torch.sin(pos_P1 * inv_freq), torch.cos(pos_P1 * inv_freq)], dim=1)
     else:
         raise ValueError(f"unknown sinusoid layout {layout!r}")
     return table.float()
+
+
+def embedding(n: int, d: int) -> nn.Embedding:
+    """nn.Embedding(n, d); under torch.device("meta") without its own draw, which costs
+    seconds there the first time (torch's normal_ for meta tensors imports its compiler)."""
+    if torch.empty(0).is_meta:
+        return nn.Embedding(n, d, _weight=torch.empty(n, d))
+    return nn.Embedding(n, d)
 
 
 class Embeddings(nn.Module):
@@ -58,15 +68,18 @@ class Embeddings(nn.Module):
         self.tokens = tokens  # may be shared with the other stack and the output layer (§3.4)
         self.scale = math.sqrt(cfg.d_model) if cfg.scale_embeddings else 1.0
         if cfg.positional == "learned":  # Table 3 row (E)
-            self.learned_positions = nn.Embedding(cfg.max_positions, cfg.d_model)
+            self.learned_positions = embedding(cfg.max_positions, cfg.d_model)
         else:
-            offset = cfg.position_offset  # fairseq's first position is padding_idx + 1
-            table = sinusoidal_positions(offset + cfg.max_positions, cfg.d_model,
-                                         cfg.sinusoid_layout)[offset:]
-            self.register_buffer("sinusoids", table, persistent=False)
+            self.register_buffer("sinusoids", self.sinusoid_table(cfg), persistent=False)
         self.max_positions = cfg.max_positions
         self.drop = Dropout(cfg.dropout)
         self.word_dropout = word_dropout
+
+    @staticmethod
+    def sinusoid_table(cfg: ModelConfig) -> Tensor:
+        offset = cfg.position_offset  # fairseq's first position is padding_idx + 1
+        return sinusoidal_positions(offset + cfg.max_positions, cfg.d_model,
+                                    cfg.sinusoid_layout)[offset:]
 
     def positions(self, start: int | Tensor, length: int) -> Tensor:
         """(T, D) for positions start .. start+T-1, or (B, T, D) where start is (B,): each
@@ -347,11 +360,11 @@ class Transformer(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
-        tgt_tokens = nn.Embedding(cfg.tgt_vocab_size, cfg.d_model)
+        tgt_tokens = embedding(cfg.tgt_vocab_size, cfg.d_model)
         if cfg.weight_tying in ("three_way", "embeddings"):  # §3.4: one matrix for both
             src_tokens = tgt_tokens
         else:
-            src_tokens = nn.Embedding(cfg.vocab_size, cfg.d_model)
+            src_tokens = embedding(cfg.vocab_size, cfg.d_model)
         self.src_embed = Embeddings(cfg, src_tokens, cfg.source_word_dropout)
         self.tgt_embed = Embeddings(cfg, tgt_tokens, cfg.target_word_dropout)
         self.encoder = Encoder(cfg)
@@ -359,8 +372,13 @@ class Transformer(nn.Module):
         # the pre-softmax linear
         self.generator = nn.Linear(cfg.d_model, cfg.tgt_vocab_size, bias=cfg.output_bias)
         self.init_weights()
-        if cfg.weight_tying in ("three_way", "decoder"):
-            self.generator.weight = tgt_tokens.weight
+        self.tie_weights()
+
+    def tie_weights(self) -> None:
+        """The pre-softmax linear shares the target embedding's matrix (§3.4) where
+        cfg.weight_tying says so (the source side shares the embedding module itself)."""
+        if self.cfg.weight_tying in ("three_way", "decoder"):
+            self.generator.weight = self.tgt_embed.tokens.weight
 
     def init_weights(self) -> None:
         """The paper does not state an initialisation; this is its code's (tensor2tensor v1.0)
@@ -368,6 +386,8 @@ class Transformer(nn.Module):
         cfg.qkv_init_gain, 1/sqrt(2): one fused matrix for the three, ModelConfig says why),
         zero biases, N(0, d_model^-0.5) for embeddings (so that scaled by sqrt(d_model) they
         have unit variance), LayerNorm's gain 1 and bias 0."""
+        if self.generator.weight.is_meta:
+            return  # nothing to draw
         for module in self.modules():
             if isinstance(module, nn.Linear):
                 nn.init.xavier_uniform_(module.weight)
@@ -379,7 +399,7 @@ class Transformer(nn.Module):
             for module in self.modules():
                 if isinstance(module, MultiHeadAttention):
                     for projection, gain in zip((module.w_q, module.w_k, module.w_v),
-                                                self.qkv_init_gains(module)):
+                                                self.qkv_init_gains(module), strict=True):
                         projection.weight.mul_(gain)
 
     def qkv_init_gains(self, attention: MultiHeadAttention) -> tuple[float, float, float]:

@@ -180,6 +180,20 @@ def assign_weights(model: Transformer, state: dict[str, torch.Tensor], path: Pat
     model.load_state_dict(state, strict=False)  # tied aliases are filled through the tie
 
 
+def model_from_weights(cfg: ModelConfig, state: dict[str, torch.Tensor], path: Path
+                       ) -> Transformer:
+    """The model of config `cfg` whose parameters are `state`'s tensors (read from `path`),
+    requiring exactly its tensors and shapes: built on the meta device and handed the tensors,
+    so that no random initialisation is paid for (a second for the base model)."""
+    check_weights(cfg, state, path)
+    with torch.device("meta"):
+        model = Transformer(cfg)
+    model.load_state_dict({name: tensor.float() for name, tensor in state.items()},
+                          strict=False, assign=True)
+    model.tie_weights()  # the tied aliases, which `state` holds once
+    return model
+
+
 def load_model(model_dir: str | Path, *, device: str | torch.device = "cpu"
                ) -> tuple[Transformer, DecodeConfig]:
     """Read a model directory; returns the model in eval mode and its decoding defaults."""
@@ -191,6 +205,5 @@ def load_model(model_dir: str | Path, *, device: str | torch.device = "cpu"
     if not weights.exists():
         raise ModelLoadError(f"{weights}: missing (a model directory needs {WEIGHTS_FILE})")
     state = read_weights(weights)
-    model = Transformer(model_cfg)
-    assign_weights(model, state, weights)
+    model = model_from_weights(model_cfg, state, weights)
     return model.to(device).eval(), decode_cfg
