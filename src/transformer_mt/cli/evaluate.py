@@ -7,7 +7,6 @@ import dataclasses
 import json
 from pathlib import Path
 
-from ..evaluation.bleu import evaluate_files
 from ..storage.files import atomic_write_text
 
 
@@ -45,6 +44,8 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..evaluation.bleu import evaluate_files  # sacreBLEU: imported by the command alone
+
     scores = evaluate_files(hyp=args.hyp, ref=args.ref, lang=args.lang, tok_ref=args.tok_ref,
                             lowercase=args.lowercase, compound_split=args.compound_split,
                             hyp_tokenized=args.hyp_tokenized, baseline=args.baseline,

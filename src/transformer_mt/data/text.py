@@ -34,6 +34,14 @@ def split_lines(data: bytes) -> list[bytes]:
     return [line[:-1] if line.endswith(b"\r") else line for line in lines]
 
 
+def read_text(path: Path) -> list[str]:
+    """The lines of a UTF-8 text file (gzip or plain), split as `split_lines` splits them."""
+    try:
+        return [line.decode("utf-8") for line in split_lines(read_bytes(Path(path)))]
+    except UnicodeDecodeError as err:
+        raise DataError(f"{path}: invalid UTF-8 ({err.reason})") from None
+
+
 def iter_lines(path: Path | None) -> Iterator[str]:
     """The lines of a file (plain or gzip), or of stdin where `path` is None, split as
     `split_lines` splits them and decoded one at a time (memory does not grow with the file);

@@ -19,7 +19,7 @@ from pathlib import Path
 from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.significance import PairedTest
 
-from ..data.text import DataError, read_bytes, split_lines
+from ..data.text import DataError, read_text
 
 COMPOUND = re.compile(r"(\S)-(\S)")
 BOOTSTRAP_SAMPLES = 1000  # sacrebleu --paired-bs-n's default
@@ -66,13 +66,6 @@ class Scores:
             out.append("paired bootstrap resampling, score (resampled mean ± 95 % interval):")
             out.extend(c.line() for c in self.against_baseline)
         return out
-
-
-def read_text(path: Path) -> list[str]:
-    try:
-        return [line.decode("utf-8") for line in split_lines(read_bytes(Path(path)))]
-    except UnicodeDecodeError as err:
-        raise DataError(f"{path}: invalid UTF-8 ({err.reason})") from None
 
 
 def check_counts(hyps: list[str], refs: list[str], hyp_name: str, ref_name: str) -> None:
