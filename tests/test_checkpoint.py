@@ -168,7 +168,8 @@ def test_keep_last_never_deletes_the_newest_valid(tmp_path, vocab_file):
 
 def test_average_is_the_elementwise_mean_of_the_checkpoints(tmp_path, vocab_file):
     from transformer_mt import load_model
-    from transformer_mt.storage.model_dir import CONFIG_FILE, save_model
+    from transformer_mt.storage.model_dir import save_model
+    from transformer_mt.storage.names import CONFIG_FILE
 
     models = [tiny_model(seed=s) for s in (1, 2, 3)]
     with torch.no_grad():  # one hand-built member: its k-th parameter is all k

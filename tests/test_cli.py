@@ -288,7 +288,7 @@ def test_blank_lines_translate_to_blank_lines_on_every_path(tmp_path, model_dir,
 
 def test_average_and_export_write_whole_directories_or_nothing(tmp_path, trained_model,
                                                                monkeypatch, caplog):
-    from transformer_mt.storage.model_dir import WEIGHTS_FILE
+    from transformer_mt.storage.names import WEIGHTS_FILE
     from transformer_mt.training import checkpoint
 
     run = trained_model.parent.parent

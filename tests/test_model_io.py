@@ -8,7 +8,8 @@ from safetensors.torch import save_file
 
 from conftest import random_batch, tiny_model
 from transformer_mt import DecodeConfig, ModelLoadError, beam_search, load_model, save_model
-from transformer_mt.storage.model_dir import CONFIG_FILE, WEIGHTS_FILE, read_weights
+from transformer_mt.storage.model_dir import read_weights
+from transformer_mt.storage.names import CONFIG_FILE, WEIGHTS_FILE
 
 
 @pytest.mark.parametrize("overrides", [

@@ -84,7 +84,8 @@ def run(args: argparse.Namespace) -> int:
                   "LibreTranslate endpoint needs them")
     vocabulary = None
     if args.vocabulary:
-        from ..storage.model_dir import CONFIG_FILE, load_config_json  # torch: only here
+        from ..storage.model_dir import load_config_json  # torch: only here
+        from ..storage.names import CONFIG_FILE
 
         model_cfg, _ = load_config_json(args.vocabulary / CONFIG_FILE)
         vocabulary = (args.vocabulary, {"pad": model_cfg.pad_id, "bos": model_cfg.bos_id,

@@ -47,7 +47,7 @@ def model_languages(model_dir: Path, given: tuple[str, str] | None = None
     None where they are not known."""
     if given:
         return given
-    from ..storage.model_dir import CONFIG_FILE  # here: `--help` needs no torch
+    from ..storage.names import CONFIG_FILE
 
     ours = model_dir / OURS_FILE
     config = json.loads((ours if ours.exists() else model_dir / CONFIG_FILE).read_text(

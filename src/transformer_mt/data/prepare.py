@@ -32,6 +32,7 @@ import numpy as np
 
 from ..config import DataConfig, config_to_dict
 from ..storage.files import sha256_file
+from ..storage.names import VOCAB_FILE
 from .text import DataError, iter_parallel
 from .vocab import (
     BOS_ID,
@@ -47,7 +48,6 @@ from .vocab import (
 
 log = logging.getLogger(__name__)
 
-VOCAB_FILE = "sentencepiece.model"
 SIDES = ("src", "tgt")
 
 

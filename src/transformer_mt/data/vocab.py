@@ -14,6 +14,8 @@ from pathlib import Path
 
 import sentencepiece as spm
 
+from ..storage.names import MARIAN_FILES, TARGET_VOCAB_FILE, VOCAB_FILE
+
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 WORD_BOUNDARY = "\u2581"  # SentencePiece's mark of a space before a piece
 
@@ -83,8 +85,6 @@ def train_vocabulary(texts: Iterable[str], *, vocab_size: int, out_path: str | P
     return Vocabulary.load(out_path)
 
 
-MARIAN_FILES = ("source.spm", "target.spm", "vocab.json")
-TARGET_VOCAB_FILE = "target_vocab.json"  # Marian's separate target vocabulary, where there is one
 
 
 class MarianVocabulary:
@@ -195,7 +195,6 @@ def _load_processor(path: Path) -> spm.SentencePieceProcessor:
     return processor
 
 
-SENTENCEPIECE_FILE = "sentencepiece.model"
 
 
 def vocabulary_files(directory: str | Path) -> tuple[str, ...]:
@@ -203,7 +202,7 @@ def vocabulary_files(directory: str | Path) -> tuple[str, ...]:
     separate target vocabulary) where vocab.json is there, else our SentencePiece model."""
     directory = Path(directory)
     if not (directory / MARIAN_FILES[2]).exists():
-        return (SENTENCEPIECE_FILE,)
+        return (VOCAB_FILE,)
     return MARIAN_FILES + ((TARGET_VOCAB_FILE,) if (directory / TARGET_VOCAB_FILE).exists()
                            else ())
 
@@ -219,4 +218,4 @@ def load_model_vocabulary(model_dir: str | Path) -> Vocabulary | MarianVocabular
     model_dir = Path(model_dir)
     if (model_dir / MARIAN_FILES[2]).exists():
         return MarianVocabulary.load(model_dir)
-    return Vocabulary.load(model_dir / SENTENCEPIECE_FILE)
+    return Vocabulary.load(model_dir / VOCAB_FILE)

@@ -17,8 +17,6 @@ import torch
 
 from ..config import DecodeConfig
 from ..data.vocab import (
-    MARIAN_FILES,
-    TARGET_VOCAB_FILE,
     MarianVocabulary,
     Vocabulary,
     load_model_vocabulary,
@@ -26,7 +24,8 @@ from ..data.vocab import (
 from ..hardware.cpu_speed import warn_if_bf16_is_slow
 from ..model.attention import attention_kernels
 from ..model.transformer import Transformer
-from ..storage.model_dir import VOCAB_FILE, load_model
+from ..storage.model_dir import load_model
+from ..storage.names import MARIAN_FILES, TARGET_VOCAB_FILE, VOCAB_FILE
 from .alignment import AlignmentChoice, alignment_weights
 from .attention_maps import recording
 from .ensemble import Ensemble

@@ -33,7 +33,8 @@ from ..data.vocab import MarianVocabulary, Vocabulary, copy_vocabulary, load_mod
 from ..inference.search import length_norm, max_output_lengths
 from ..inference.translator import Translation, Translator
 from ..model.transformer import Transformer
-from ..storage.model_dir import CONFIG_FILE, ModelLoadError, load_model
+from ..storage.model_dir import ModelLoadError, load_model
+from ..storage.names import CONFIG_FILE
 from . import OURS_FILE, QUANTIZATIONS, ConversionError
 
 ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "silu": "SWISH"}

@@ -27,8 +27,9 @@ from typing import Any
 import torch
 
 from ..config import DecodeConfig, ModelConfig
-from ..data.vocab import MARIAN_FILES, TARGET_VOCAB_FILE, MarianVocabulary
+from ..data.vocab import MarianVocabulary
 from ..storage.model_dir import ModelLoadError, load_torch_file, model_from_weights, save_model
+from ..storage.names import MARIAN_FILES, TARGET_VOCAB_FILE
 from . import ConversionError
 from .layout import layer_names
 

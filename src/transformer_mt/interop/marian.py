@@ -37,8 +37,6 @@ from ..config import (
     config_to_dict,
 )
 from ..data.vocab import (
-    MARIAN_FILES,
-    TARGET_VOCAB_FILE,
     MarianVocabulary,
     Vocabulary,
     copy_vocabulary,
@@ -53,6 +51,7 @@ from ..storage.model_dir import (
     read_foreign_weights,
     save_model,
 )
+from ..storage.names import MARIAN_FILES, TARGET_VOCAB_FILE
 from . import ConversionError
 from .layout import layer_names, relayout_sinusoids
 

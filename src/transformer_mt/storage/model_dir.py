@@ -29,10 +29,8 @@ from ..config import (
 )
 from ..model.transformer import Transformer
 from .files import atomic_write
+from .names import CONFIG_FILE, VOCAB_FILE, WEIGHTS_FILE
 
-WEIGHTS_FILE = "model.safetensors"
-CONFIG_FILE = "config.json"
-VOCAB_FILE = "sentencepiece.model"
 MAX_HEADER_BYTES = 100 * 1024 * 1024  # safetensors' own limit on the JSON header
 
 

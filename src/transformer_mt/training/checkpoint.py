@@ -29,8 +29,6 @@ from ..data.vocab import copy_vocabulary, vocabulary_files
 from ..model.transformer import Transformer
 from ..storage.files import atomic_dir, fsync_path, sha256_file
 from ..storage.model_dir import (
-    CONFIG_FILE,
-    WEIGHTS_FILE,
     ModelLoadError,
     assign_weights,
     check_weights,
@@ -38,6 +36,7 @@ from ..storage.model_dir import (
     read_weights,
     unique_state_dict,
 )
+from ..storage.names import CONFIG_FILE, WEIGHTS_FILE
 from . import rng_state
 
 log = logging.getLogger(__name__)

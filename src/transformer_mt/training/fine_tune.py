@@ -9,7 +9,8 @@ from pathlib import Path
 
 from ..config import ConfigError, ModelConfig
 from ..data.prepare import vocabulary_sha256
-from ..storage.model_dir import CONFIG_FILE, load_config_json
+from ..storage.model_dir import load_config_json
+from ..storage.names import CONFIG_FILE
 
 # what --init-from lets a user change of the model it starts from: regularisation only
 FINE_TUNING_OPTIONS = ("dropout", "attention_dropout", "activation_dropout",

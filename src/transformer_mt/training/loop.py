@@ -28,7 +28,8 @@ from ..data.vocab import Vocabulary
 from ..hardware.cpu_speed import cpu_model, probed_gflops, warn_if_bf16_is_slow
 from ..hardware.onednn import bound_onednn_caches
 from ..model.transformer import Transformer
-from ..storage.model_dir import WEIGHTS_FILE, assign_weights, read_weights
+from ..storage.model_dir import assign_weights, read_weights
+from ..storage.names import CONFIG_FILE, WEIGHTS_FILE
 from .checkpoint import clean_temporaries, latest_checkpoint, save_checkpoint
 from .distributed import World, all_sum, gather_rng, init_world, shutdown
 from .fine_tune import check_init_data
@@ -316,8 +317,8 @@ class Run:
             config["init_from"] = str(init_from)
         if world.is_main:
             run_dir.mkdir(parents=True, exist_ok=True)
-            (run_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n",
-                                                 encoding="utf-8")
+            (run_dir / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n",
+                                            encoding="utf-8")
         tcfg = cfg.train
         random.seed(tcfg.seed)
         np.random.seed(tcfg.seed)

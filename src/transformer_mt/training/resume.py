@@ -12,7 +12,8 @@ import torch
 
 from ..config import Config, ModelConfig, TrainConfig, config_to_dict, without_retired
 from ..model.transformer import Transformer
-from .checkpoint import CONFIG_FILE, STATE_FILE, load_checkpoint, read_state
+from ..storage.names import CONFIG_FILE
+from .checkpoint import STATE_FILE, load_checkpoint, read_state
 from .distributed import World
 
 log = logging.getLogger(__name__)
