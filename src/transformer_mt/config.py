@@ -175,16 +175,21 @@ class DecodeConfig:
         "gnmt", "how beam search ranks finished outputs: log P / lp(Y), gnmt: GNMT's "
         "((5 + |Y|) / 6)^alpha (§6.1), power: |Y|^alpha (Hugging Face, fairseq, Marian); |Y| "
         "counts EOS")
-    beam_stop: Literal["n_finished", "bound"] = option(
+    beam_stop: Literal["n_finished", "bound", "shrink"] = option(
         "n_finished", "when a sentence's beam search ends: once beam_size hypotheses have "
         "finished (n_finished, as fairseq and Hugging Face's early_stopping=True), or only when "
         "no live hypothesis can still outscore them under the length penalty (bound, as "
-        "tensor2tensor, the paper's code: longer outputs can win; slower)")
+        "tensor2tensor, the paper's code: longer outputs can win; slower), or as Marian's: "
+        "each finished hypothesis takes its place from the beam, the rest search on until none "
+        "is left (shrink)")
     max_length_offset: int = option(
         50, "an output has at most (source length + this) tokens, EOS included (§6.1: 50)")
     min_length: int = option(0, "not in the paper: no EOS before this many tokens; 0: off")
     max_length: int = option(0, "not in the paper: a cap on top of source length + offset; "
                                 "0: off")
+    max_length_factor: float = option(
+        0.0, "not in the paper: a cap of this x the source's length (EOS counted on both sides, "
+        "rounded down; Marian's max-length-factor); 0: off")
     n_best: int = option(1, "hypotheses returned per sentence (<= beam size); translate prints "
                             "them as 'index<TAB>score<TAB>text'")
     batch_size: int = option(64, "sentences per decoding batch (sorted by length)")
@@ -216,8 +221,8 @@ class DecodeConfig:
             raise ValueError(f"decode.n_best={self.n_best} exceeds beam_size={self.beam_size}")
         if self.max_length_offset < 0:
             raise ValueError(f"decode.max_length_offset must be >= 0, got {self.max_length_offset}")
-        if self.min_length < 0 or self.max_length < 0:
-            raise ValueError("decode.min_length and decode.max_length must be >= 0")
+        if self.min_length < 0 or self.max_length < 0 or self.max_length_factor < 0:
+            raise ValueError("decode.min_length, max_length and max_length_factor must be >= 0")
         if self.max_length and self.min_length > self.max_length:
             raise ValueError(f"decode.min_length={self.min_length} exceeds "
                              f"max_length={self.max_length}")

@@ -40,7 +40,7 @@ class Vocabulary:
     @classmethod
     def load(cls, path: str | Path) -> Vocabulary:
         path = Path(path)
-        return cls(_load_processor(path), path)
+        return cls(load_processor(path), path)
 
     def __len__(self) -> int:
         return self.sp.get_piece_size()
@@ -85,8 +85,6 @@ def train_vocabulary(texts: Iterable[str], *, vocab_size: int, out_path: str | P
     return Vocabulary.load(out_path)
 
 
-
-
 class MarianVocabulary:
     """Marian's (OPUS-MT's) vocabulary, as Hugging Face's MarianTokenizer reads it: a
     SentencePiece model for each side whose pieces map to the model's ids through vocab.json
@@ -121,7 +119,7 @@ class MarianVocabulary:
     def load(cls, model_dir: str | Path) -> MarianVocabulary:
         """From a directory holding source.spm, target.spm and vocab.json."""
         model_dir = Path(model_dir)
-        source, target = (_load_processor(model_dir / name) for name in MARIAN_FILES[:2])
+        source, target = (load_processor(model_dir / name) for name in MARIAN_FILES[:2])
         path, target_path = model_dir / MARIAN_FILES[2], model_dir / TARGET_VOCAB_FILE
         target_ids = _read_piece_ids(target_path) if target_path.exists() else None
         return cls(source, target, _read_piece_ids(path), path, target_ids)
@@ -181,7 +179,7 @@ def _is_language_code(piece: str) -> bool:
     return piece.startswith(">>") and piece.endswith("<<")
 
 
-def _load_processor(path: Path) -> spm.SentencePieceProcessor:
+def load_processor(path: Path) -> spm.SentencePieceProcessor:
     """The SentencePiece model in `path`; a VocabularyError naming it if unreadable."""
     try:
         model_proto = path.read_bytes()

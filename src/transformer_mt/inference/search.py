@@ -90,10 +90,13 @@ def max_output_lengths(src_BS: Tensor, pad_id: int, cfg: DecodeConfig) -> Tensor
 
 def output_length_caps(src_len_B: Tensor, cfg: DecodeConfig) -> Tensor:
     """(B,) the longest output allowed for sources of these lengths (EOS included): the
-    length + offset (§6.1), capped by cfg.max_length when set, never below cfg.min_length."""
+    length + offset (§6.1), capped by cfg.max_length and the length x cfg.max_length_factor
+    when set, never below cfg.min_length."""
     max_len_B = src_len_B + cfg.max_length_offset
     if cfg.max_length:
         max_len_B = max_len_B.clamp(max=cfg.max_length)
+    if cfg.max_length_factor:
+        max_len_B = torch.minimum(max_len_B, (src_len_B * cfg.max_length_factor).long())
     return max_len_B.clamp(min=max(cfg.min_length, 1))
 
 
@@ -293,7 +296,9 @@ class BeamSearch:
     ending in EOS and ranked within the first N are finished, the N best others stay alive.
     A sentence is done when N hypotheses have finished (with cfg.beam_stop "bound": and no live
     one can outscore the N-th best of them), or at its maximum length; it then leaves the
-    batch (and the caches) at once, with its n_best finished hypotheses, best first.
+    batch (and the caches) at once, with its n_best finished hypotheses, best first. With
+    "shrink" (Marian's beam) a sentence with k finished keeps only N - k places: of its best
+    N - k extensions those ending in EOS finish and the others stay alive.
 
     Sentences may join between steps (`add`; continuous batching, as the server does): their
     rows are appended, their outputs begin at the step they join, and the positions before it
@@ -366,7 +371,8 @@ class BeamSearch:
         top_lp_A2N, top_idx_A2N = topk_in_blocks(cand_lp_AX, 2 * N)
         origin_A2N, token_A2N = top_idx_A2N // V, top_idx_A2N % V
         is_eos_A2N = token_A2N.eq(mcfg.eos_id)
-        ends = (is_eos_A2N[:, :N] & top_lp_A2N[:, :N].isfinite()).nonzero().tolist()
+        placed_A2N = self._places(A, N, device)  # the extensions that take a place
+        ends = (is_eos_A2N & placed_A2N & top_lp_A2N.isfinite()).nonzero().tolist()
         if ends:
             lengths, firsts = length_A.tolist(), self.first_A.tolist()
         for a, j in ends:
@@ -376,7 +382,7 @@ class BeamSearch:
                 self.tokens_AnT[row, firsts[a] + 1 :].tolist(), lp,
                 lp / length_norm(lengths[a], cfg)))
         self.alive_lp_An, pick_AN = \
-            top_lp_A2N.masked_fill(is_eos_A2N, float("-inf")).topk(N, dim=1)
+            top_lp_A2N.masked_fill(is_eos_A2N | ~placed_A2N, float("-inf")).topk(N, dim=1)
         first_row_A1 = torch.arange(A, device=device)[:, None] * n
         rows = (first_row_A1 + origin_A2N.gather(1, pick_AN)).view(-1)  # (A*N,)
         self.tokens_AnT = torch.cat([self.tokens_AnT[rows],
@@ -387,6 +393,15 @@ class BeamSearch:
         still = [a for a in range(A)
                  if not at_limit[a] and not _beam_done(self.finished[a], N, bound[a])]
         return self._leave(still) if len(still) < A else []
+
+    def _places(self, A: int, N: int, device: torch.device) -> Tensor:
+        """(A, 2N): which of each sentence's 2N best extensions take a place in its beam:
+        the first N, or with beam_stop "shrink" the first N - (hypotheses finished)."""
+        j_2N = torch.arange(2 * N, device=device)
+        if self.cfg.beam_stop != "shrink":
+            return (j_2N < N).expand(A, 2 * N)
+        width_A = torch.tensor([N - len(f) for f in self.finished], device=device)
+        return j_2N[None, :] < width_A[:, None]
 
     def drop(self, keys: set[Any]) -> None:
         """Sentences `keys` leave between steps, unfinished (their client went away)."""

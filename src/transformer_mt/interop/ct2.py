@@ -199,8 +199,8 @@ class CTranslate2Translator(Translator):
                              f"pieces, the model expects {model_cfg.vocab_size} / "
                              f"{model_cfg.tgt_vocab_size}")
         if decode.beam_stop != "n_finished":
-            raise ConfigError("decode.beam_stop=bound: CTranslate2's beam stops once beam_size "
-                              "hypotheses have finished (n_finished)")
+            raise ConfigError(f"decode.beam_stop={decode.beam_stop}: CTranslate2's beam stops "
+                              "once beam_size hypotheses have finished (n_finished)")
         self.vocab, self.decode_cfg, self.ct2_dir = vocab, decode, ct2_dir
         with torch.device("meta"):  # the config and the parameter count, no weights
             self.model = Transformer(model_cfg).eval()

@@ -54,6 +54,7 @@ from ..storage.model_dir import (
 from ..storage.names import MARIAN_FILES, TARGET_VOCAB_FILE
 from . import ConversionError
 from .layout import layer_names, relayout_sinusoids
+from .marian_npz import import_marian_npz, is_marian_directory
 
 ACTIVATIONS = {"swish": "silu", "silu": "silu", "relu": "relu", "gelu": "gelu"}
 HF_ACTIVATIONS = {"silu": "swish", "relu": "relu", "gelu": "gelu"}
@@ -203,10 +204,13 @@ def _restored(cfg: ModelConfig, state: dict[str, torch.Tensor], section: dict[st
 
 
 def import_marian(src_dir: str | Path, out_dir: str | Path) -> Path:
-    """Convert the Hugging Face Marian directory `src_dir` into a model directory `out_dir`."""
+    """Convert the Hugging Face Marian directory `src_dir`, or Marian's own (model.npz and
+    decoder.yml: `marian_npz`), into a model directory `out_dir`."""
     src_dir, out_dir = Path(src_dir), Path(out_dir)
     if not src_dir.is_dir():
         raise ConversionError(f"{src_dir}: not a directory")
+    if not (src_dir / "config.json").exists() and is_marian_directory(src_dir):
+        return import_marian_npz(src_dir, out_dir)
     missing = [name for name in ("config.json", *MARIAN_FILES) if not (src_dir / name).exists()]
     weights = next((src_dir / n for n in WEIGHT_FILES if (src_dir / n).exists()), None)
     if weights is None:
