@@ -114,3 +114,26 @@ def test_a_missing_tensor_is_named(tmp_path):
     np.savez(directory / "model.npz", **arrays)
     with pytest.raises(ConversionError, match="decoder_l2_context_Wk is missing"):
         import_marian(directory, tmp_path / "out")
+
+
+def test_a_release_zip_layout_with_a_yaml_vocabulary_imports_the_same_model(tmp_path, imported):
+    """OPUS-MT's zips: vocabularies as Marian's YAML piece -> id map, source.spm and target.spm
+    beside it to cut the text. The same pieces give the same model and vocabulary."""
+    import sentencepiece as spm
+    import yaml
+
+    directory = tmp_path / "release"
+    directory.mkdir()
+    shutil.copyfile(FIXTURE / "model.npz", directory / "opus.model1.npz")
+    for name in ("source.spm", "target.spm"):
+        shutil.copyfile(FIXTURE / "vocab.spm", directory / name)
+    processor = spm.SentencePieceProcessor(model_file=str(FIXTURE / "vocab.spm"))
+    pieces = {processor.id_to_piece(i): i for i in range(processor.get_piece_size())}
+    (directory / "opus.vocab.yml").write_text(yaml.safe_dump(pieces, allow_unicode=True),
+                                              encoding="utf-8")
+    (directory / "decoder.yml").write_text(
+        "models:\n  - opus.model1.npz\nvocabs:\n  - opus.vocab.yml\n  - opus.vocab.yml\n"
+        "beam-size: 4\nnormalize: 0.6\n", encoding="utf-8")
+    again = import_marian(directory, tmp_path / "again")
+    for name in ("model.safetensors", "vocab.json", "config.json"):
+        assert (again / name).read_bytes() == (imported / name).read_bytes(), name
