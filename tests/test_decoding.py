@@ -1,3 +1,4 @@
+import dataclasses
 import math
 from types import SimpleNamespace
 
@@ -230,6 +231,22 @@ def test_hand_built_beam_stop_bound_waits_for_a_longer_winner():
     assert first[0].score == pytest.approx(math.log(0.45) / (7 / 6) ** 2)
     assert [h.tokens for h in bound] == [[A, A]]
     assert bound[0].score == pytest.approx(math.log(0.405) / (8 / 6) ** 2)
+
+
+def test_hand_built_shrinking_beam_keeps_one_place_per_unfinished_hypothesis():
+    # N=2, no length penalty. Step 2: [A EOS] (.30) finishes and [B B] (.27) stays; fairseq's
+    # rule also keeps [A A] (.20), Marian's ("shrink") has one place left. Step 3: fairseq
+    # finishes [A A EOS] (.20), the second finished: done. Shrink extends [B B] alone: [B B B]
+    # (.243; its EOS, .027, takes no place), which finishes at step 4.
+    table = {(): {A: 0.5, B: 0.3, EOS: 0.2}, (A,): {EOS: 0.6, A: 0.4},
+             (B,): {EOS: 0.1, B: 0.9}, (A, A): {EOS: 1.0}, (B, B): {EOS: 0.1, B: 0.9}}
+    model = TableModel(table, {EOS: 1.0})
+    cfg = DecodeConfig(beam_size=2, n_best=2, length_penalty=0.0)
+    fairseq = beam_search(model, SRC, cfg)[0]
+    shrink = beam_search(model, SRC, dataclasses.replace(cfg, beam_stop="shrink"))[0]
+    assert [h.tokens for h in fairseq] == [[A], [A, A]]
+    assert [h.tokens for h in shrink] == [[A], [B, B, B]]
+    assert [h.log_prob for h in shrink] == pytest.approx([math.log(0.3), math.log(0.243)])
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.6, 1.5])
@@ -534,3 +551,17 @@ def test_balanced_brackets_close_only_what_is_open_and_not_empty(search):
     held = search(model, src, cfg, constraints)
     assert all(hyps for hyps in held) and not any(violations(held))
     assert any(CLOSE in h.tokens for hyps in held for h in hyps), "closes are still written"
+
+
+def test_output_length_caps_by_offset_cap_and_factor():
+    """Source lengths 4 and 10 (EOS counted): §6.1's length + 50, capped by max_length, and
+    by max_length_factor x the length, rounded down (Marian's max-length-factor)."""
+    lengths = torch.tensor([4, 10])
+    caps = lambda **kw: decoding.output_length_caps(lengths, DecodeConfig(**kw)).tolist()  # noqa: E731
+    assert caps() == [54, 60]
+    assert caps(max_length=20) == [20, 20]
+    assert caps(max_length_factor=1.5) == [6, 15]
+    assert caps(max_length_factor=1.5, max_length=12) == [6, 12]
+    assert caps(max_length_factor=0.1, min_length=2) == [2, 2]
+    with pytest.raises(ValueError, match="max_length_factor"):
+        DecodeConfig(max_length_factor=-1)

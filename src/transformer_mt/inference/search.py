@@ -371,7 +371,7 @@ class BeamSearch:
         top_lp_A2N, top_idx_A2N = topk_in_blocks(cand_lp_AX, 2 * N)
         origin_A2N, token_A2N = top_idx_A2N // V, top_idx_A2N % V
         is_eos_A2N = token_A2N.eq(mcfg.eos_id)
-        placed_A2N = self._places(A, N, device)  # the extensions that take a place
+        placed_A2N = self._places(A, N, device)  # the extensions that may finish now
         ends = (is_eos_A2N & placed_A2N & top_lp_A2N.isfinite()).nonzero().tolist()
         if ends:
             lengths, firsts = length_A.tolist(), self.first_A.tolist()
@@ -381,8 +381,9 @@ class BeamSearch:
             self.finished[a].append(Hypothesis(
                 self.tokens_AnT[row, firsts[a] + 1 :].tolist(), lp,
                 lp / length_norm(lengths[a], cfg)))
-        self.alive_lp_An, pick_AN = \
-            top_lp_A2N.masked_fill(is_eos_A2N | ~placed_A2N, float("-inf")).topk(N, dim=1)
+        # alive: the N best others (fairseq), or with "shrink" the others that took a place
+        out_A2N = is_eos_A2N | ~placed_A2N if cfg.beam_stop == "shrink" else is_eos_A2N
+        self.alive_lp_An, pick_AN = top_lp_A2N.masked_fill(out_A2N, float("-inf")).topk(N, dim=1)
         first_row_A1 = torch.arange(A, device=device)[:, None] * n
         rows = (first_row_A1 + origin_A2N.gather(1, pick_AN)).view(-1)  # (A*N,)
         self.tokens_AnT = torch.cat([self.tokens_AnT[rows],
@@ -395,8 +396,9 @@ class BeamSearch:
         return self._leave(still) if len(still) < A else []
 
     def _places(self, A: int, N: int, device: torch.device) -> Tensor:
-        """(A, 2N): which of each sentence's 2N best extensions take a place in its beam:
-        the first N, or with beam_stop "shrink" the first N - (hypotheses finished)."""
+        """(A, 2N): which of each sentence's 2N best extensions take a place in its beam (an
+        EOS among them finishes): the first N, or with beam_stop "shrink" the first
+        N - (hypotheses finished)."""
         j_2N = torch.arange(2 * N, device=device)
         if self.cfg.beam_stop != "shrink":
             return (j_2N < N).expand(A, 2 * N)
