@@ -81,3 +81,19 @@ def test_the_checker_sees_an_upward_import(tmp_path):
     assert upward_imports(tmp_path) == [
         "model/bad.py (model) imports transformer_mt.training.loop (training)",
         "model/bad.py imports transformer_mt.Translator, which is in no layer"]
+
+
+def test_the_architecture_doc_names_every_layer_in_order_and_every_command():
+    """docs/architecture.md against the code: its layer list is LAYERS (which the import test
+    enforces), and its cli paragraph names every command the parser offers."""
+    import re
+
+    from transformer_mt.cli.main import build_parser
+
+    doc = (PACKAGE.parents[1] / "docs" / "architecture.md").read_text(encoding="utf-8")
+    layers = re.search(r"The layers, lowest first: (.*?)\. A module", doc, re.S).group(1)
+    assert re.findall(r"`(\w+)`", layers) == LAYERS
+    cli = re.search(r"\n7\. `cli/`(.*?)\n\d+\. ", doc, re.S).group(1)
+    commands = build_parser()._subparsers._group_actions[0].choices
+    assert {"train", "translate", "import", "export", "serve"} <= set(commands)
+    assert sorted(c for c in commands if f"`{c}`" not in cli) == []
