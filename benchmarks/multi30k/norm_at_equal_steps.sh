@@ -11,6 +11,8 @@
 # EXTRA="--train.lr_scale=1" TAG=lr1: more overrides, and a tag in the runs' names.
 # NORMS=post (or pre): one norm only, on core CORE (0), so that two invocations with different
 # EXTRA share the machine.
+# DEVICE=cuda: on the GPU instead, every run of the invocation at once (many small runs share
+# one GPU; benchmarks/gpu/postnorm_sweep.sh).
 set -euo pipefail
 DATA=$1 OUT=$2 SHAPE=$3 STEPS=${4:-4000} SEEDS=${5:-"1 2"}
 read -r -a EXTRA <<< "${EXTRA:-}"
@@ -22,12 +24,14 @@ case $SHAPE in
   *) echo "SHAPE: tiny or base6" >&2; exit 2 ;;
 esac
 run() {  # NORM_FIRST SEED CORE
-  local dir="$OUT/$SHAPE-$([ "$1" = true ] && echo pre || echo post)norm$TAG-seed$2"
-  OMP_NUM_THREADS=1 taskset -c "$3" transformer-mt train --config multi30k --data "$DATA" \
+  local dir="$OUT/$SHAPE-$([ "$1" = true ] && echo pre || echo post)norm$TAG-seed$2" on=()
+  local where=(--train.device="${DEVICE:-cpu}")
+  if [ "${DEVICE:-cpu}" = cpu ]; then on=(env OMP_NUM_THREADS=1 taskset -c "$3"); where+=(--train.threads=1); fi
+  "${on[@]}" transformer-mt train --config multi30k --data "$DATA" \
     --run-dir "$dir" --model.norm_first="$1" --model.qkv_init_gain=0.7071067811865476 \
     "${MODEL[@]}" --train.seed="$2" --train.max_minutes=0 --train.lr_cooldown_share=0 \
     --train.max_steps="$STEPS" --train.valid_every=500 --train.save_every=500 \
-    --train.keep_last=2 --train.threads=1 "${EXTRA[@]}" > "$dir.log" 2>&1
+    --train.keep_last=2 "${where[@]}" "${EXTRA[@]}" > "$dir.log" 2>&1
 }
 mkdir -p "$OUT"
 for seed in $SEEDS; do
@@ -37,5 +41,6 @@ for seed in $SEEDS; do
     pre) run true "$seed" "${CORE:-0}" & ;;
     *) echo "NORMS: post, pre or unset (both)" >&2; exit 2 ;;
   esac
-  wait
+  [ "${DEVICE:-cpu}" = cpu ] && wait
 done
+wait
