@@ -147,7 +147,7 @@ def model_config(config: dict[str, Any], path: Path) -> ModelConfig:
         dropout=0.1, pad_id=n, bos_id=n, eos_id=0)
 
 
-def _linear(arrays: dict[str, np.ndarray], name: str, path: Path) -> np.ndarray:
+def _tensor(arrays: dict[str, np.ndarray], name: str, path: Path) -> np.ndarray:
     if name not in arrays:
         raise ConversionError(f"{path}: tensor {name} is missing")
     return arrays[name]
@@ -156,7 +156,7 @@ def _linear(arrays: dict[str, np.ndarray], name: str, path: Path) -> np.ndarray:
 def model_state(cfg: ModelConfig, arrays: dict[str, np.ndarray], path: Path
                 ) -> dict[str, torch.Tensor]:
     """Our state dict from Marian's tensors (its W are (in, out): ours are transposed)."""
-    get = lambda name: torch.from_numpy(_linear(arrays, name, path).astype(np.float32))  # noqa: E731
+    get = lambda name: torch.from_numpy(_tensor(arrays, name, path).astype(np.float32))  # noqa: E731
     pre = "_pre" if cfg.norm_first else ""
     state = {}
 
@@ -186,10 +186,8 @@ def model_state(cfg: ModelConfig, arrays: dict[str, np.ndarray], path: Path
             state[f"{stack}.final_norm.weight"] = get(f"{stack}_top_ln_scale").reshape(-1)
             state[f"{stack}.final_norm.bias"] = get(f"{stack}_top_ln_bias").reshape(-1)
     zero_row = torch.zeros(1, cfg.d_model)
-    if cfg.weight_tying == "three_way":
-        state["src_embed.tokens.weight"] = torch.cat([get("Wemb"), zero_row])
-    else:  # embeddings: the output layer's own matrix
-        state["src_embed.tokens.weight"] = torch.cat([get("Wemb"), zero_row])
+    state["src_embed.tokens.weight"] = torch.cat([get("Wemb"), zero_row])
+    if cfg.weight_tying == "embeddings":  # the output layer's own matrix
         state["generator.weight"] = torch.cat([get("decoder_ff_logit_out_W").T, zero_row])
     bias = get("decoder_ff_logit_out_b").reshape(-1) if "decoder_ff_logit_out_b" in arrays \
         else torch.zeros(cfg.vocab_size - 1)  # output-omit-bias

@@ -156,6 +156,11 @@ def check_weights(cfg: ModelConfig, state: dict[str, torch.Tensor], path: Path) 
     `cfg` (built on the meta device: nothing is allocated)."""
     with torch.device("meta"):
         expected = unique_state_dict(Transformer(cfg))
+    _check_against(expected, state, path)
+
+
+def _check_against(expected: dict[str, torch.Tensor], state: dict[str, torch.Tensor],
+                   path: Path) -> None:
     missing = sorted(expected.keys() - state.keys())
     unexpected = sorted(state.keys() - expected.keys())
     if missing or unexpected:
@@ -174,7 +179,7 @@ def check_weights(cfg: ModelConfig, state: dict[str, torch.Tensor], path: Path) 
 
 def assign_weights(model: Transformer, state: dict[str, torch.Tensor], path: Path) -> None:
     """Copy `state` (read from `path`) into `model`, requiring exactly its tensors and shapes."""
-    check_weights(model.cfg, state, path)
+    _check_against(unique_state_dict(model), state, path)
     model.load_state_dict(state, strict=False)  # tied aliases are filled through the tie
 
 
@@ -183,9 +188,9 @@ def model_from_weights(cfg: ModelConfig, state: dict[str, torch.Tensor], path: P
     """The model of config `cfg` whose parameters are `state`'s tensors (read from `path`),
     requiring exactly its tensors and shapes: built on the meta device and handed the tensors,
     so that no random initialisation is paid for (a second for the base model)."""
-    check_weights(cfg, state, path)
     with torch.device("meta"):
         model = Transformer(cfg)
+    _check_against(unique_state_dict(model), state, path)
     model.load_state_dict({name: tensor.float() for name, tensor in state.items()},
                           strict=False, assign=True)
     model.tie_weights()  # the tied aliases, which `state` holds once
