@@ -1,7 +1,7 @@
 import pytest
 
 from transformer_mt import ModelConfig, load_config
-from transformer_mt.config import ConfigError, preset_names
+from transformer_mt.config import PRESETS_DIR, ConfigError, preset_names
 
 
 def test_presets_follow_the_paper():
@@ -95,6 +95,16 @@ def test_unknown_preset():
     names = "base, big, multi30k, parsing, parsing-cpu, small, tatoeba, tiny, wmt14-base, wmt14-big"
     with pytest.raises(ConfigError, match=f"unknown preset 'huge'.*{names}"):
         load_config("huge")
+
+
+def test_a_folder_named_like_a_preset_does_not_shadow_it(tmp_path, monkeypatch):
+    """`--config multi30k` run where the working directory holds a folder `multi30k` (a run's
+    output, say) is still the preset, and a file of that name is still that file."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny").mkdir()
+    assert load_config("tiny") == load_config(PRESETS_DIR / "tiny.yaml")
+    (tmp_path / "mine").write_text("model:\n  d_model: 64\n  n_heads: 4\n")
+    assert load_config("mine").model.d_model == 64
 
 
 def test_validation_in_dataclass():

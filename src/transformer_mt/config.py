@@ -632,7 +632,7 @@ def config_data(preset_or_yaml: str | Path = "base", overrides: list[str] = ()
     """The file a preset name or YAML path names, and its plain data with the overrides
     applied (not yet checked: `load_config`)."""
     path = Path(preset_or_yaml)
-    if not path.suffix and not path.exists():
+    if not path.suffix and not path.is_file():  # a folder named like a preset is no config
         path = PRESETS_DIR / f"{preset_or_yaml}.yaml"
         if not path.exists():
             raise ConfigError(
