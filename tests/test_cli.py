@@ -131,6 +131,34 @@ def test_every_command_has_help_and_no_option_is_declared_twice(capsys):
         assert "usage: transformer-mt " + name in capsys.readouterr().out
 
 
+def test_every_config_key_is_declared_once_with_help_and_train_help_explains_each(capsys):
+    """Each field of every config section carries its help in its one declaration
+    (config.option); `train --help` lists every key train reads with that help and default,
+    and the run properties (resumable, fine-tunable, init-only) come from the same
+    declarations."""
+    import dataclasses
+
+    from transformer_mt.config import Config, ModelConfig
+    from transformer_mt.training.fine_tune import FINE_TUNING_OPTIONS
+    from transformer_mt.training.resume import INIT_ONLY_MODEL_KEYS, RESUMABLE_TRAIN_KEYS
+
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    for section in dataclasses.fields(Config):
+        for f in dataclasses.fields(getattr(Config(), section.name)):
+            assert f.metadata.get("help"), f"{section.name}.{f.name} has no help"
+            if section.name in ("model", "train", "decode"):
+                assert f"--{section.name}.{f.name} (default: " in help_text
+                assert " ".join(f.metadata["help"].split()) in help_text
+    assert "--data.vocab_size" not in help_text  # prepare's, not train's
+    assert {"max_steps", "keep_last", "device"} <= set(RESUMABLE_TRAIN_KEYS)
+    assert not {"lr_scale", "warmup_steps", "seed"} & set(RESUMABLE_TRAIN_KEYS)
+    assert set(FINE_TUNING_OPTIONS) == {f.name for f in dataclasses.fields(ModelConfig)
+                                        if f.name.endswith("dropout")}
+    assert INIT_ONLY_MODEL_KEYS == {"qkv_init_gain": 1.0, "cross_attention_init": "as_self"}
+
+
 def test_translate_streams_in_chunks_and_treats_too_long_lines_as_told(tmp_path, corpus_vocab,
                                                                         monkeypatch, caplog,
                                                                         capsys):

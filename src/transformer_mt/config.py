@@ -44,11 +44,29 @@ RETIRED: dict[str, tuple[Any, str]] = {
 }
 
 
-def option(default: Any, help: str, *, flag: str | None = None) -> Any:
-    """A config field that is also a command-line option: its default, one line of help, and
-    the flag when it is not `--field-name`. Declared once, here; cli/options.py makes the
-    flag."""
-    return field(default=default, metadata={"help": help, "flag": flag})
+_NO_VALUE = object()
+
+
+def option(default: Any, help: str, *, flag: str | None = None, resumable: bool = False,
+           fine_tunable: bool = False, initialises: Any = _NO_VALUE) -> Any:
+    """A config field, declared once: its default, one line of help (`--help` shows it), the
+    flag of a command that offers it as one when not `--field-name` (cli/options.py), and what
+    the field is to a run: `resumable`, a train setting that may change when the run resumes;
+    `fine_tunable`, a model setting `train --init-from` may change; `initialises`, a model
+    setting that only initialises a fresh model, with the value a checkpoint written before the
+    setting existed began with."""
+    metadata = {"help": help, "flag": flag, "resumable": resumable,
+                "fine_tunable": fine_tunable}
+    if initialises is not _NO_VALUE:
+        metadata["initialises"] = initialises
+    return field(default=default, metadata=metadata)
+
+
+def fields_where(cls: type, what: str) -> tuple[str, ...]:
+    """The names of `cls`'s fields declared with `what` (`option`'s resumable, fine_tunable or
+    initialises)."""
+    return tuple(f.name for f in dataclasses.fields(cls)
+                 if f.metadata.get(what, False) is not False)
 
 
 class ConfigError(ValueError):
@@ -59,62 +77,77 @@ class ConfigError(ValueError):
 class ModelConfig:
     """Architecture (§3, Table 3). Defaults are the base model."""
 
-    # one shared source/target vocabulary (§5.1); set from the data by `train`, an option of `info`
-    vocab_size: int = option(37_000, "shared source/target vocabulary size (§5.1)")
-    # not in the paper: the target side's own vocabulary size (Marian's separate vocabularies);
-    # 0: the shared one. vocab_size is then the source side's.
-    target_vocab_size: int = 0
-    d_model: int = 512
-    n_heads: int = 8  # h
-    d_k: int | None = None  # per-head query/key size; None: d_model / h (§3.2.2)
-    d_v: int | None = None  # per-head value size; None: d_model / h
-    d_ff: int = 2048  # inner size of the feed-forward network (§3.3)
-    n_encoder_layers: int = 6  # N (§3.1)
-    n_decoder_layers: int = 6
-    dropout: float = 0.1  # P_drop: sub-layer outputs and embeddings + positions (§5.4)
-    attention_dropout: float = 0.0  # extra, not in the paper: on attention weights
-    activation_dropout: float = 0.0  # extra, not in the paper: after the FFN activation
-    # extra, not in the paper: in training, each source token's embedding is zeroed with this
-    # probability (its position kept), word dropout of Sennrich & Zhang (2019) for small data
-    source_word_dropout: float = 0.0
-    # extra, not in the paper: the same for the decoder's input tokens (the shifted target)
-    target_word_dropout: float = 0.0
-    activation: Literal["relu", "gelu", "silu"] = "relu"  # ReLU as in §3.3 eq. (2)
-    attention_bias: bool = False  # the paper's projections W^Q, W^K, W^V, W^O have no bias
-    layer_norm_eps: float = 1e-6  # tensor2tensor's value; the paper does not state one
-    # Glorot-uniform gain of W^Q, W^K, W^V. The paper states no initialisation; its code,
-    # tensor2tensor at the release (v1.0, June 2017), projected self-attention's q, k, v with
-    # one unit-gain Glorot matrix of width 3 d_model: variance 1 / (2 d_model) each, Glorot with
-    # gain 1/sqrt(2) for separate projections (as fairseq keeps it and PyTorch's fused
-    # nn.MultiheadAttention has it). Gain 1 (tensor2tensor's split of November 2017) stalls
-    # post-norm at small sizes (benchmarks/results/multi30k-recipe-sweep-gpu). docs/faithful.md.
-    qkv_init_gain: float = 2**-0.5
-    # The encoder-decoder attention's W^Q, W^K, W^V. as_self: as self-attention's (the gain
-    # above; fairseq). tensor2tensor_v1: as tensor2tensor v1.0, which projected q alone
-    # (unit-gain Glorot, variance 1 / d_model) and k, v from the memory with one unit-gain
-    # Glorot matrix (variance 2 / (3 d_model)). docs/faithful.md says which trains.
-    cross_attention_init: Literal["as_self", "tensor2tensor_v1"] = "as_self"
-    # False: post-norm LayerNorm(x + Sublayer(x)) as in the paper.
-    # True is a deviation (pre-norm, with a final LayerNorm on each stack).
-    norm_first: bool = False
-    positional: Literal["sinusoidal", "learned"] = "sinusoidal"  # §3.5; learned: Table 3 (E)
-    # interleaved: sin on even, cos on odd dimensions (§3.5).
-    # concat: all sines then all cosines, tensor2tensor's get_timing_signal_1d.
-    # split: the paper's frequencies, all sines then all cosines (Marian, Hugging Face Marian).
-    sinusoid_layout: Literal["interleaved", "concat", "split"] = "interleaved"
-    max_positions: int = 1024  # size of the positional table
-    # not in the paper: sinusoids start at this position, not 0 (fairseq: padding_idx + 1)
-    position_offset: int = 0
-    scale_embeddings: bool = True  # multiply token embeddings by sqrt(d_model) (§3.4)
-    # three_way: source embedding = target embedding = pre-softmax weights (§3.4).
-    # decoder: only target embedding = pre-softmax; embeddings: only source = target embedding
-    # (Marian untied); none: three separate matrices.
-    weight_tying: Literal["three_way", "decoder", "embeddings", "none"] = "three_way"
-    # not in the paper: a bias on the pre-softmax linear (Marian's final_logits_bias)
-    output_bias: bool = False
-    pad_id: int = 0
-    bos_id: int = 2
-    eos_id: int = 3
+    vocab_size: int = option(
+        37_000, "shared source/target vocabulary size (§5.1); train sets it from the data")
+    target_vocab_size: int = option(
+        0, "not in the paper: the target side's own vocabulary size (Marian's separate "
+           "vocabularies), vocab_size then being the source side's; 0: the shared one")
+    d_model: int = option(512, "model width (§3.1)")
+    n_heads: int = option(8, "attention heads h (§3.2.2)")
+    d_k: int | None = option(None, "per-head query/key size; null: d_model / h (§3.2.2)")
+    d_v: int | None = option(None, "per-head value size; null: d_model / h (§3.2.2)")
+    d_ff: int = option(2048, "inner size of the feed-forward network (§3.3)")
+    n_encoder_layers: int = option(6, "encoder layers N (§3.1)")
+    n_decoder_layers: int = option(6, "decoder layers N (§3.1)")
+    dropout: float = option(
+        0.1, "P_drop: on sub-layer outputs and on embeddings + positions (§5.4)",
+        fine_tunable=True)
+    attention_dropout: float = option(
+        0.0, "not in the paper: dropout on the attention weights", fine_tunable=True)
+    activation_dropout: float = option(
+        0.0, "not in the paper: dropout after the feed-forward activation", fine_tunable=True)
+    source_word_dropout: float = option(
+        0.0, "not in the paper: in training, each source token's embedding is zeroed with this "
+             "probability, its position kept (word dropout, Sennrich & Zhang 2019, for small "
+             "data)", fine_tunable=True)
+    target_word_dropout: float = option(
+        0.0, "not in the paper: the same for the decoder's input tokens (the shifted target)",
+        fine_tunable=True)
+    activation: Literal["relu", "gelu", "silu"] = option(
+        "relu", "the feed-forward network's activation (§3.3 eq. (2): ReLU)")
+    attention_bias: bool = option(
+        False, "biases on W^Q, W^K, W^V, W^O (the paper's projections have none)")
+    layer_norm_eps: float = option(
+        1e-6, "LayerNorm's epsilon (tensor2tensor's; the paper states none)")
+    qkv_init_gain: float = option(
+        2**-0.5, "Glorot-uniform gain of W^Q, W^K, W^V. The paper states no initialisation; "
+                 "its code (tensor2tensor v1.0, June 2017) projected q, k, v with one "
+                 "unit-gain Glorot matrix of width 3 d_model: variance 1 / (2 d_model) each, "
+                 "gain 1/sqrt(2) for separate projections (fairseq's, and PyTorch's fused "
+                 "nn.MultiheadAttention's). Gain 1 stalls post-norm at small sizes "
+                 "(docs/faithful.md)", initialises=1.0)
+    cross_attention_init: Literal["as_self", "tensor2tensor_v1"] = option(
+        "as_self", "the encoder-decoder attention's W^Q, W^K, W^V: as self-attention's "
+                   "(as_self; fairseq), or as tensor2tensor v1.0: q alone at unit gain "
+                   "(variance 1 / d_model), k and v from one unit-gain Glorot matrix "
+                   "(variance 2 / (3 d_model)); docs/faithful.md says which trains",
+        initialises="as_self")
+    norm_first: bool = option(
+        False, "false: post-norm LayerNorm(x + Sublayer(x)) as in the paper (§3.1); true: "
+               "pre-norm, a departure, with a final LayerNorm on each stack")
+    positional: Literal["sinusoidal", "learned"] = option(
+        "sinusoidal", "positional encoding (§3.5); learned: Table 3 row (E)")
+    sinusoid_layout: Literal["interleaved", "concat", "split"] = option(
+        "interleaved", "where the sinusoids go: interleaved, sin on even and cos on odd "
+                       "dimensions (§3.5); concat: all sines then all cosines "
+                       "(tensor2tensor's get_timing_signal_1d); split: the paper's "
+                       "frequencies, sines then cosines (Marian, Hugging Face Marian)")
+    max_positions: int = option(1024, "size of the positional table")
+    position_offset: int = option(
+        0, "not in the paper: the sinusoids start at this position, not 0 (fairseq: "
+           "padding_idx + 1)")
+    scale_embeddings: bool = option(
+        True, "multiply token embeddings by sqrt(d_model) (§3.4)")
+    weight_tying: Literal["three_way", "decoder", "embeddings", "none"] = option(
+        "three_way", "three_way: source embedding = target embedding = pre-softmax weights "
+                     "(§3.4); decoder: only target embedding = pre-softmax; embeddings: only "
+                     "source = target embedding (Marian untied); none: three matrices")
+    output_bias: bool = option(
+        False, "not in the paper: a bias on the pre-softmax linear (Marian's "
+               "final_logits_bias)")
+    pad_id: int = option(0, "the padding token's id")
+    bos_id: int = option(2, "the id that starts the decoder's input")
+    eos_id: int = option(3, "the end-of-sentence id")
 
     def __post_init__(self):
         _check_positive(self, "vocab_size", "d_model", "n_heads", "d_ff", "max_positions")
@@ -266,79 +299,93 @@ class DataConfig:
 class TrainConfig:
     """Training (§5): Adam, warmup schedule, label smoothing, token-budget batches."""
 
-    max_tokens: int = 25_000  # per batch and side, padding included (§5.1: ~25k + 25k)
-    accumulate: int = 1  # batches per update: the effective batch is accumulate x max_tokens
-    adam_beta1: float = 0.9  # §5.3
-    adam_beta2: float = 0.98
-    adam_eps: float = 1e-9
-    warmup_steps: int = 4_000  # §5.3, eq. (3)
-    lr_scale: float = 1.0  # multiplies eq. (3); not in the paper
-    # Not in the paper: over the last lr_cooldown_steps of max_steps the rate falls linearly
-    # towards 0 (a cooldown, for runs on a fixed step budget); 0: eq. (3) to the end.
-    lr_cooldown_steps: int = 0
-    # Not in the paper: the same fall for a run on a wall-time budget (train.max_minutes): when
-    # lr_cooldown_minutes are left, the steps that the run's mean pace so far fits into 97 % of
-    # them become the cooldown, re-planned at each train.save_every step from the pace since it
-    # began, once a fifth of it has passed (the rate's line bent there), and the run ends with
-    # its last step; 0: off.
-    lr_cooldown_minutes: float = 0.0
-    # Not in the paper: the cooldown as a share of the run's budget (0.25: the last quarter),
-    # so that it scales with it (--train.max_minutes=12 of a preset written for 88): of
-    # train.max_minutes where it is set (as lr_cooldown_minutes), else of train.max_steps (as
-    # lr_cooldown_steps); 0: off. Exclusive with those two.
-    lr_cooldown_share: float = 0.0
-    label_smoothing: float = 0.1  # §5.4
-    # Not in the paper: BPE-dropout (Provilkov et al., 2020), the training text segmented anew
-    # each epoch with each merge skipped at this probability (0.1 in their paper); 0: off.
-    bpe_dropout: float = 0.0
-    # Not in the paper: R-Drop (Liang et al., 2021), each batch run twice under independent
-    # dropout, the loss adding alpha/2 (KL(P1 || P2) + KL(P2 || P1)) per target token of both
-    # passes (5 in their IWSLT14 recipe); a step costs about twice as much (halve max_tokens to
-    # keep its time). 0: off.
-    rdrop_alpha: float = 0.0
-    clip_norm: float = 0.0  # 0: no clipping (the paper does not clip)
-    # bfloat16 autocast (CPU or GPU); not in the paper. auto: where it pays (cpu_speed.bf16_pays:
-    # a GPU that supports it, a CPU whose bf16 matrix products run >= 1.5x float32's).
-    bf16: bool | Literal["auto"] = False
-    fp16: bool = False  # float16 autocast with a dynamic loss scale (GPU); not in the paper
-    # Not in the paper: the model's forward and backward compiled by torch.compile (Inductor,
-    # shapes symbolic, so that token-budget batches of any shape share one compiled graph); the
-    # first steps take a minute or more to compile. With train.shape_buckets, a graph per shape
-    # instead; "cuda_graphs": those graphs replayed as CUDA graphs (torch.compile's
-    # "reduce-overhead"), for GPU steps bound by kernel launches; needs train.shape_buckets.
-    compile: bool | Literal["cuda_graphs"] = False
-    # Not in the paper: every batch padded to one of at most this many shapes (lengths at
-    # quantiles of the data, rows to max_tokens; data/batching.ShapeBuckets), so that
-    # train.compile makes a graph per shape; 0: batches as long as their longest sentence.
-    shape_buckets: int = 0
-    device: str = "auto"  # auto: cuda if available, else cpu; or cpu, cuda, cuda:1, ...
-    max_steps: int = 100_000  # §5.2: 100k steps for base
-    max_epochs: int = 0  # 0: no limit
-    max_minutes: float = 0.0  # 0: no limit; stop (with a checkpoint) after this wall time
-    seed: int = 1
-    log_every: int = 50  # steps
-    valid_every: int = 1_000  # steps; validation loss, perplexity and BLEU
-    valid_bleu: bool = True  # beam-search BLEU on the validation set at each validation
-    save_every: int = 1_000  # steps
-    save_every_minutes: float = 0.0  # 0: only by steps
-    keep_last: int = 5  # checkpoints kept (§6.1 averages the last 5 for base, 20 for big)
-    # Not in the paper: during the rate's cooldown, this many checkpoints spread evenly over
-    # it (one each time another 1/cooldown_saves of its steps has passed, the last on its last
-    # step) in place of save_every's and save_every_minutes', so that `average --last N` (N <=
-    # cooldown_saves) averages the end of training, not steps from before the rate fell;
-    # 0: the same cadence throughout.
-    cooldown_saves: int = 0
-    patience: int = 0  # stop after this many validations without a better score; 0: never
-    # Not in the paper: when train.patience runs out, start the rate's cooldown instead of
-    # stopping: it falls linearly over lr_cooldown_share / (1 - lr_cooldown_share) of the
-    # steps taken so far (the cooldown is that share of the whole run) and the run ends with
-    # it, so that runs end where their scores stop improving whatever the machine's speed
-    # (train.max_minutes then only bounds the run).
-    patience_cooldown: bool = False
-    # A step whose loss or gradient is not finite skips its update; this many in a row stop the
-    # run (with a checkpoint of the last finite parameters).
-    max_nonfinite: int = 10
-    threads: int = 0  # torch intra-op threads; 0: torch's default
+    max_tokens: int = option(
+        25_000, "tokens per batch and side, padding included (§5.1: about 25,000 + 25,000)")
+    accumulate: int = option(
+        1, "batches per update: the effective batch is accumulate x max_tokens")
+    adam_beta1: float = option(0.9, "Adam's beta1 (§5.3)")
+    adam_beta2: float = option(0.98, "Adam's beta2 (§5.3)")
+    adam_eps: float = option(1e-9, "Adam's epsilon (§5.3)")
+    warmup_steps: int = option(4_000, "steps of eq. (3)'s linear warmup (§5.3)")
+    lr_scale: float = option(1.0, "not in the paper: multiplies eq. (3)")
+    lr_cooldown_steps: int = option(
+        0, "not in the paper: over the last this many of max_steps the rate falls linearly "
+           "towards 0 (a cooldown, for a run on a fixed step budget); 0: eq. (3) to the end",
+        resumable=True)
+    lr_cooldown_minutes: float = option(
+        0.0, "not in the paper: the same for a run on a wall-time budget (max_minutes): when "
+             "this many minutes are left, the steps the run's mean pace fits into 97 % of them "
+             "become the cooldown, re-planned at each save_every step from the pace since it "
+             "began once a fifth of it has passed, and the run ends with its last step; 0: off",
+        resumable=True)
+    lr_cooldown_share: float = option(
+        0.0, "not in the paper: the cooldown as a share of the budget (0.25: the last "
+             "quarter), so that it scales with it: of max_minutes where that is set (as "
+             "lr_cooldown_minutes), else of max_steps (as lr_cooldown_steps); 0: off. "
+             "Exclusive with those two", resumable=True)
+    label_smoothing: float = option(0.1, "label smoothing epsilon_ls (§5.4)")
+    bpe_dropout: float = option(
+        0.0, "not in the paper: BPE-dropout (Provilkov et al., 2020), the training text "
+             "segmented anew each epoch with each merge skipped at this probability (0.1 in "
+             "their paper); 0: off")
+    rdrop_alpha: float = option(
+        0.0, "not in the paper: R-Drop (Liang et al., 2021), each batch run twice under "
+             "independent dropout, the loss adding alpha/2 (KL(P1||P2) + KL(P2||P1)) per "
+             "target token of both passes (5 in their IWSLT14 recipe); a step costs about "
+             "twice as much; 0: off")
+    clip_norm: float = option(
+        0.0, "gradient norm clipping; 0: none (the paper does not clip)")
+    bf16: bool | Literal["auto"] = option(
+        False, "not in the paper: bfloat16 autocast (CPU or GPU); auto: where it pays (a GPU "
+               "that supports it, a CPU whose bf16 matrix products run >= 1.5x float32's)")
+    fp16: bool = option(
+        False, "not in the paper: float16 autocast with a dynamic loss scale (GPU)")
+    compile: bool | Literal["cuda_graphs"] = option(
+        False, "not in the paper: forward and backward compiled by torch.compile (Inductor, "
+               "shapes symbolic, so that batches of any shape share one graph; the first "
+               "steps take a minute or more); with shape_buckets a graph per shape; "
+               "cuda_graphs: those graphs replayed as CUDA graphs (needs shape_buckets)",
+        resumable=True)
+    shape_buckets: int = option(
+        0, "not in the paper: every batch padded to one of at most this many shapes "
+           "(lengths at quantiles of the data, rows to max_tokens), so that compile makes a "
+           "graph per shape; 0: batches as long as their longest sentence")
+    device: str = option(
+        "auto", "auto: cuda where available, else cpu; or cpu, cuda, cuda:1, ...", resumable=True)
+    max_steps: int = option(100_000, "updates (§5.2: 100,000 for base); 0: no limit",
+                            resumable=True)
+    max_epochs: int = option(0, "passes over the data; 0: no limit", resumable=True)
+    max_minutes: float = option(
+        0.0, "wall time, after which the run stops with a checkpoint; 0: no limit", resumable=True)
+    seed: int = option(1, "seeds the initialisation, dropout and batch order")
+    log_every: int = option(50, "steps between log lines", resumable=True)
+    valid_every: int = option(
+        1_000, "steps between validations (loss, perplexity and BLEU)", resumable=True)
+    valid_bleu: bool = option(
+        True, "beam-search BLEU on the validation set at each validation", resumable=True)
+    save_every: int = option(1_000, "steps between checkpoints", resumable=True)
+    save_every_minutes: float = option(
+        0.0, "minutes between checkpoints as well; 0: only by steps", resumable=True)
+    keep_last: int = option(
+        5, "checkpoints kept (§6.1 averages the last 5 for base, 20 for big)", resumable=True)
+    cooldown_saves: int = option(
+        0, "not in the paper: this many checkpoints spread evenly over the rate's cooldown "
+           "(one each time another 1/cooldown_saves of its steps has passed, the last on its "
+           "last step) in place of save_every's, so that `average --last N` (N <= "
+           "cooldown_saves) averages the end of training; 0: one cadence throughout",
+        resumable=True)
+    patience: int = option(
+        0, "stop after this many validations without a better score; 0: never", resumable=True)
+    patience_cooldown: bool = option(
+        False, "not in the paper: when patience runs out, start the rate's cooldown instead "
+               "of stopping: it falls linearly over lr_cooldown_share / (1 - "
+               "lr_cooldown_share) of the steps taken so far, and the run ends with it, so "
+               "that runs end where their scores stop improving whatever the machine's speed",
+        resumable=True)
+    max_nonfinite: int = option(
+        10, "a step whose loss or gradient is not finite skips its update; this many in a "
+            "row stop the run (with a checkpoint of the last finite parameters)", resumable=True)
+    threads: int = option(0, "torch intra-op threads; 0: torch's default", resumable=True)
 
     def __post_init__(self):
         _check_positive(self, "max_tokens", "accumulate", "warmup_steps", "lr_scale",

@@ -24,7 +24,7 @@ def add_parser(sub) -> None:
                    help="source and target length for the attention FLOPs (default: 32)")
     p.add_argument("overrides", nargs="*", metavar="section.key=value",
                    help="config overrides, e.g. model.n_heads=4")
-    add_config_options(p, ModelConfig, "model")
+    add_config_options(p, ModelConfig, "model", only=("vocab_size",))
     p.set_defaults(run=run)
 
 

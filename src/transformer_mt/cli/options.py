@@ -1,6 +1,7 @@
-"""Command-line options made from the config dataclasses: a field declared with
-`config.option(default, help)` becomes `--field-name` (or its `flag`), typed by its annotation;
-any field of any section can also be set with `--section.key=value`."""
+"""Command-line options made from the config dataclasses: each field is declared once with
+`config.option(default, help)`; a command that offers a section's fields as flags gets
+`--field-name` (or the field's `flag`), typed by its annotation; any field of any section can
+also be set with `--section.key=value`."""
 
 from __future__ import annotations
 
@@ -13,18 +14,20 @@ from typing import Any, Literal
 from ..config import ConfigError, checked_fields, read_yaml
 
 
-def add_config_options(parser: argparse.ArgumentParser, cls: type, section: str) -> None:
-    """One option per `option` field of dataclass `cls`; given values land in
-    `args.<section>.<field>` (see `given`), absent ones stay None and the config decides."""
+def add_config_options(parser: argparse.ArgumentParser, cls: type, section: str,
+                       only: tuple[str, ...] = ()) -> None:
+    """One option per field of dataclass `cls` (or per field named in `only`); given values
+    land in `args.<section>.<field>` (see `given`), absent ones stay None and the config
+    decides."""
     hints = typing.get_type_hints(cls)
     group = parser.add_argument_group(f"{section} options ({cls.__name__}; unset ones come "
                                       "from the config or model directory, else the default)")
     for f in dataclasses.fields(cls):
-        if "help" not in f.metadata:
+        if only and f.name not in only:
             continue
         flag = f.metadata["flag"] or "--" + f.name.replace("_", "-")
-        kwargs: dict[str, Any] = {"dest": f"{section}.{f.name}", "default": None,
-                                  "help": f"{f.metadata['help']} (default: {f.default})"}
+        help = f"{f.metadata['help']} (default: {f.default})".replace("%", "%%")  # argparse's %
+        kwargs: dict[str, Any] = {"dest": f"{section}.{f.name}", "default": None, "help": help}
         hint = hints[f.name]
         if hint is bool:
             kwargs["action"] = argparse.BooleanOptionalAction

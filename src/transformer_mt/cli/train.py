@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import sys
 import textwrap
 from pathlib import Path
@@ -36,15 +37,24 @@ def add_parser(sub) -> None:
 
 
 def config_keys() -> str:
-    """The --section.key=value keys with the base preset's defaults, for --help."""
-    lines = ["config keys (--section.key=value) with the dataclasses' defaults, the paper's base "
-             "model; src/transformer_mt/config.py explains each:"]
-    for section in dataclasses.fields(Config):
-        values = dataclasses.asdict(getattr(Config(), section.name))
-        keys = ", ".join(f"{key}={value}" for key, value in values.items())
-        lines += textwrap.wrap(f"{section.name}: {keys}", width=96, initial_indent="  ",
-                               subsequent_indent="      ")
+    """Every config key train reads, with its help and the dataclasses' default, for --help."""
+    lines = textwrap.wrap("config keys (--section.key=value, a YAML value; in a --config file, "
+                          "section: key: value); defaults: the paper's base model:", width=96)
+    for name, what in TRAIN_SECTIONS.items():
+        lines += ["", f"{name} ({what}):"]
+        for f in dataclasses.fields(getattr(Config(), name)):
+            lines.append(f"  --{name}.{f.name} (default: {json.dumps(f.default)})")
+            lines += textwrap.wrap(f.metadata["help"], width=96, initial_indent=" " * 6,
+                                   break_on_hyphens=False,
+                                   subsequent_indent=" " * 6)
     return "\n".join(lines)
+
+
+# the config sections train reads (data: prepare's; serve: serve's), and what each is
+TRAIN_SECTIONS = {"model": "the architecture, Table 3's columns",
+                  "train": "the optimisation and the run's budget, §5",
+                  "decode": "how validation translates, and the model directory's default "
+                            "for translate, §6.1"}
 
 
 def run(args: argparse.Namespace) -> int:

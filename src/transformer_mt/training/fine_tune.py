@@ -7,14 +7,14 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from ..config import ConfigError, ModelConfig
+from ..config import ConfigError, ModelConfig, fields_where
 from ..data.prepare import vocabulary_sha256
 from ..storage.model_dir import load_config_json
 from ..storage.names import CONFIG_FILE
 
-# what --init-from lets a user change of the model it starts from: regularisation only
-FINE_TUNING_OPTIONS = ("dropout", "attention_dropout", "activation_dropout",
-                       "source_word_dropout", "target_word_dropout")
+# what --init-from lets a user change of the model it starts from (declared `fine_tunable` in
+# config.py): regularisation only
+FINE_TUNING_OPTIONS = fields_where(ModelConfig, "fine_tunable")
 
 
 def init_model_config(model_dir: Path, overrides: dict) -> ModelConfig:

@@ -10,7 +10,14 @@ from pathlib import Path
 
 import torch
 
-from ..config import Config, ModelConfig, TrainConfig, config_to_dict, without_retired
+from ..config import (
+    Config,
+    ModelConfig,
+    TrainConfig,
+    config_to_dict,
+    fields_where,
+    without_retired,
+)
 from ..model.transformer import Transformer
 from ..storage.names import CONFIG_FILE
 from .checkpoint import STATE_FILE, load_checkpoint, read_state
@@ -18,14 +25,10 @@ from .distributed import World
 
 log = logging.getLogger(__name__)
 
-# Train settings that may change when a run is resumed: budgets, cadence, device and threads,
-# and how the cooldown that ends a budget is given (a timed one, once planned, is kept in the
-# run's state; a run of the recipes from before lr_cooldown_share resumes under it).
-RESUMABLE_TRAIN_KEYS = {"max_steps", "max_epochs", "max_minutes", "log_every", "valid_every",
-                        "valid_bleu", "save_every", "save_every_minutes", "keep_last", "threads",
-                        "device", "compile", "patience", "max_nonfinite", "lr_cooldown_steps",
-                        "lr_cooldown_minutes", "lr_cooldown_share", "cooldown_saves",
-                        "patience_cooldown"}
+# Train settings that may change when a run is resumed (declared `resumable` in config.py):
+# budgets, cadence, device and threads, and how the cooldown that ends a budget is given (a
+# timed one, once planned, is kept in the run's state).
+RESUMABLE_TRAIN_KEYS = fields_where(TrainConfig, "resumable")
 
 # What an exact resume reads from a checkpoint's state.json besides the random states (which
 # load_checkpoint checks). A checkpoint that lacks one is refused, naming it.
@@ -35,8 +38,10 @@ STATE_KEYS = ("step", "epoch", "batch_in_epoch", "tokens", "shuffle_seed", "best
 
 
 # Model settings that only initialise a fresh model (a resumed one has its checkpoint's
-# weights), with the value a checkpoint written before the setting existed began with.
-INIT_ONLY_MODEL_KEYS = {"qkv_init_gain": 1.0, "cross_attention_init": "as_self"}
+# weights), with the value a checkpoint written before the setting existed began with
+# (declared `initialises` in config.py).
+INIT_ONLY_MODEL_KEYS = {f.name: f.metadata["initialises"] for f in dataclasses.fields(ModelConfig)
+                        if "initialises" in f.metadata}
 
 SINGLE_PROCESS = World()
 
