@@ -9,12 +9,12 @@ import pytest
 import torch
 
 from conftest import random_batch, tiny_model
+from transformer_mt.storage.names import MANIFEST_FILE
+from transformer_mt.storage.run_dir import checkpoint_dirs, latest_checkpoint
 from transformer_mt.training import checkpoint as ck
 from transformer_mt.training.checkpoint import (
     CheckpointError,
-    checkpoint_dirs,
     clean_temporaries,
-    latest_checkpoint,
     load_checkpoint,
     save_checkpoint,
 )
@@ -48,9 +48,9 @@ def test_manifest_verifies_and_damage_falls_back(tmp_path, vocab_file):
     first = save(tmp_path, model, opt, 10, vocab_file)
     second = save(tmp_path, model, opt, 20, vocab_file)
     assert latest_checkpoint(tmp_path) == second
-    manifest = (second / ck.MANIFEST_FILE).read_text().splitlines()
+    manifest = (second / MANIFEST_FILE).read_text().splitlines()
     assert sorted(line.split("  ")[1] for line in manifest) == sorted(
-        p.name for p in second.iterdir() if p.name != ck.MANIFEST_FILE)
+        p.name for p in second.iterdir() if p.name != MANIFEST_FILE)
     weights = second / "model.safetensors"
     data = bytearray(weights.read_bytes())
     data[-1] ^= 0xFF  # one flipped bit in the last tensor
@@ -76,7 +76,8 @@ def test_round_trip_restores_model_optimizer_and_rng(tmp_path, vocab_file):
 
 
 CRASH_POINTS = {
-    "after the first tensor file": ("save_file", 2),  # the 2nd save_file call: optimizer
+    # the optimizer's file, this module's first save_file (the weights are written before it)
+    "after the first tensor file": ("save_file", 1),
     "after all files": ("sha256_file", 1),
     "after the fsyncs": ("replace", 1),
     "after the rename": ("fsync_root", 1),

@@ -316,8 +316,8 @@ def test_blank_lines_translate_to_blank_lines_on_every_path(tmp_path, model_dir,
 
 def test_average_and_export_write_whole_directories_or_nothing(tmp_path, trained_model,
                                                                monkeypatch, caplog):
+    from transformer_mt.storage import model_dir
     from transformer_mt.storage.names import WEIGHTS_FILE
-    from transformer_mt.training import checkpoint
 
     run = trained_model.parent.parent
     out = tmp_path / "avg"
@@ -327,7 +327,7 @@ def test_average_and_export_write_whole_directories_or_nothing(tmp_path, trained
     def dying(*args, **kwargs):
         raise OSError("No space left on device")
 
-    monkeypatch.setattr(checkpoint, "copy_vocabulary", dying)  # after the weights are written
+    monkeypatch.setattr(model_dir, "copy_vocabulary", dying)  # after the weights are written
     assert main(["average", "--run-dir", str(run), "--last", "1", "--out", str(out)]) == 2
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert [p.name for p in tmp_path.iterdir()] == ["avg"]  # no temporary left

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from transformer_mt.storage.model_dir import read_weights
-from transformer_mt.training.checkpoint import checkpoint_dirs
+from transformer_mt.storage.run_dir import checkpoint_dirs
 from transformer_mt.training.metrics import read_metrics
 
 ARGS = ["--config", "tiny", "--train.max_tokens=800", "--train.warmup_steps=10",

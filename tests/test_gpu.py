@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from conftest import random_batch, tiny_model
 from transformer_mt import DecodeConfig, beam_search, greedy_search
 from transformer_mt.config import load_config
-from transformer_mt.training.checkpoint import checkpoint_dirs
+from transformer_mt.storage.run_dir import checkpoint_dirs
 from transformer_mt.training.loop import train
 from transformer_mt.training.loss import label_smoothed_nll
 from transformer_mt.training.metrics import read_metrics

@@ -55,7 +55,7 @@ def test_train_learns_the_synthetic_translation(prepared_corpus, corpus, tmp_pat
     most held-out sentences come out exactly right."""
     from synthetic import translate
     from transformer_mt import Translator, load_config
-    from transformer_mt.training.checkpoint import latest_checkpoint
+    from transformer_mt.storage.run_dir import latest_checkpoint
     from transformer_mt.training.loop import train
     from transformer_mt.training.metrics import read_metrics
     from transformer_mt.training.schedule import noam_lr

@@ -8,10 +8,10 @@ import torch
 from transformer_mt.cli.main import main
 from transformer_mt.config import load_config
 from transformer_mt.model.transformer import Transformer
+from transformer_mt.storage import names
 from transformer_mt.storage.model_dir import read_weights
-from transformer_mt.training import checkpoint as ck
+from transformer_mt.storage.run_dir import checkpoint_dirs, manifest_problem
 from transformer_mt.training import loop as train_module
-from transformer_mt.training.checkpoint import checkpoint_dirs, manifest_problem
 from transformer_mt.training.loop import TrainingDiverged, train
 from transformer_mt.training.metrics import read_metrics
 from transformer_mt.training.schedule import learning_rate
@@ -43,11 +43,11 @@ def poison(monkeypatch, steps: set[int], *, where: str):
 
 
 def weights(run, step):
-    return read_weights(run / "checkpoints" / f"step_{step:08d}" / ck.WEIGHTS_FILE)
+    return read_weights(run / "checkpoints" / f"step_{step:08d}" / names.WEIGHTS_FILE)
 
 
 def moments(run, step):
-    tensors = read_weights(run / "checkpoints" / f"step_{step:08d}" / ck.OPTIMIZER_FILE)
+    tensors = read_weights(run / "checkpoints" / f"step_{step:08d}" / names.OPTIMIZER_FILE)
     return {k: v for k, v in tensors.items() if not k.startswith("rng.")}
 
 
@@ -146,6 +146,6 @@ def test_patience_can_start_the_cooldown_that_ends_the_run(prepared_corpus, tmp_
     validations(2.9, 3.0, 3.1)
     resumed = train(cfg, data_dir=prepared_corpus, run_dir=tmp_path / "again")
     assert (resumed["step"], resumed["cooldown"]) == (16, [9, 16])
-    last = [checkpoint_dirs(run)[-1] / ck.WEIGHTS_FILE for run in (tmp_path / "run",
+    last = [checkpoint_dirs(run)[-1] / names.WEIGHTS_FILE for run in (tmp_path / "run",
                                                                    tmp_path / "again")]
     assert last[0].read_bytes() == last[1].read_bytes()

@@ -5,7 +5,7 @@ import json
 import sys
 
 from transformer_mt.cli.main import main
-from transformer_mt.training.checkpoint import checkpoint_dirs
+from transformer_mt.storage.run_dir import checkpoint_dirs
 
 TRAIN_ARGS = ["--config", "tiny", "--train.max_tokens=1500", "--train.warmup_steps=30",
               "--train.lr_scale=0.3", "--train.log_every=5", "--train.valid_every=20",

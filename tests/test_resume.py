@@ -14,9 +14,10 @@ from transformer_mt.data.batching import token_batches
 from transformer_mt.data.dataset import ParallelData
 from transformer_mt.inference.translator import Translator
 from transformer_mt.model.transformer import Transformer
+from transformer_mt.storage import names
 from transformer_mt.storage.model_dir import ModelLoadError
-from transformer_mt.training import checkpoint as ck
-from transformer_mt.training.checkpoint import checkpoint_dirs, load_checkpoint, save_checkpoint
+from transformer_mt.storage.run_dir import checkpoint_dirs, manifest_problem
+from transformer_mt.training.checkpoint import load_checkpoint, save_checkpoint
 from transformer_mt.training.loop import train
 from transformer_mt.training.resume import STATE_KEYS, ResumeError, resume
 from transformer_mt.training.schedule import learning_rate, plan_cooldown
@@ -59,7 +60,7 @@ def short_run(prepared_corpus, tmp_path_factory):
 
 
 def fresh_model_and_optimizer(path):
-    cfg = json.loads((path / ck.CONFIG_FILE).read_text())
+    cfg = json.loads((path / names.CONFIG_FILE).read_text())
     model = Transformer(load_config("tiny", [f"model.vocab_size={cfg['model']['vocab_size']}",
                                               "model.dropout=0.1"]).model)
     return model, torch.optim.Adam(model.parameters())
@@ -69,21 +70,21 @@ def test_save_load_save_is_identical(short_run, tmp_path):
     path = checkpoint_dirs(short_run)[-1]
     model, optimizer = fresh_model_and_optimizer(path)
     state = load_checkpoint(path, model, optimizer)
-    config = json.loads((path / ck.CONFIG_FILE).read_text())
+    config = json.loads((path / names.CONFIG_FILE).read_text())
     again = save_checkpoint(run_dir=tmp_path, model=model, optimizer=optimizer, state=state,
                             config=config, vocab_dir=path, keep_last=1)
-    for name in (ck.WEIGHTS_FILE, ck.OPTIMIZER_FILE, ck.STATE_FILE, ck.CONFIG_FILE):
+    for name in (names.WEIGHTS_FILE, names.OPTIMIZER_FILE, names.STATE_FILE, names.CONFIG_FILE):
         assert sha256(again / name) == sha256(path / name), name
 
 
 def rewrite_state(path, drop: str) -> None:
     """Remove one key from state.json and re-sign the manifest, as a buggy writer would."""
-    state = json.loads((path / ck.STATE_FILE).read_text())
+    state = json.loads((path / names.STATE_FILE).read_text())
     del state[drop]
-    (path / ck.STATE_FILE).write_text(json.dumps(state))
-    names = sorted(p.name for p in path.iterdir() if p.name != ck.MANIFEST_FILE)
-    (path / ck.MANIFEST_FILE).write_text(
-        "".join(f"{sha256(path / n)}  {n}\n" for n in names))
+    (path / names.STATE_FILE).write_text(json.dumps(state))
+    listed = sorted(p.name for p in path.iterdir() if p.name != names.MANIFEST_FILE)
+    (path / names.MANIFEST_FILE).write_text(
+        "".join(f"{sha256(path / n)}  {n}\n" for n in listed))
 
 
 @pytest.mark.parametrize("key", [*STATE_KEYS, "rng"])
@@ -93,10 +94,10 @@ def test_a_state_without_any_key_is_refused_naming_it(short_run, tmp_path, key):
     path = tmp_path / "step"
     shutil.copytree(checkpoint_dirs(short_run)[-1], path)
     rewrite_state(path, key)
-    assert ck.manifest_problem(path) is None
+    assert manifest_problem(path) is None
     model, optimizer = fresh_model_and_optimizer(path)
     scaler = torch.amp.GradScaler("cpu", enabled=False)
-    fresh = {"fingerprint": json.loads((path / ck.STATE_FILE).read_text()).get("fingerprint")}
+    fresh = {"fingerprint": json.loads((path / names.STATE_FILE).read_text()).get("fingerprint")}
     with pytest.raises((ResumeError, ModelLoadError), match=f"'?{key}'?"):
         resume(path, model, optimizer, scaler, fresh, ignore_mismatch=True)
 
@@ -168,7 +169,7 @@ def test_bpe_dropout_run_resumes_byte_identically(prepared_corpus, tmp_path):
     for steps in (7, 12):
         train(config(steps, *extra), data_dir=prepared_corpus, run_dir=tmp_path / "cut")
     train(config(12), data_dir=prepared_corpus, run_dir=tmp_path / "plain")
-    weights = {run: sha256(checkpoint_dirs(tmp_path / run)[-1] / ck.WEIGHTS_FILE)
+    weights = {run: sha256(checkpoint_dirs(tmp_path / run)[-1] / names.WEIGHTS_FILE)
                for run in ("straight", "cut", "plain")}
     assert weights["straight"] == weights["cut"] != weights["plain"]
 
@@ -191,8 +192,8 @@ def test_a_shape_bucketed_run_trains_in_few_shapes_and_resumes_byte_identically(
     assert 1 <= len(shapes) <= 3
     for steps in (7, 12):
         train(config(steps, *extra), data_dir=prepared_corpus, run_dir=tmp_path / "cut")
-    assert sha256(checkpoint_dirs(tmp_path / "straight")[-1] / ck.WEIGHTS_FILE) == \
-        sha256(checkpoint_dirs(tmp_path / "cut")[-1] / ck.WEIGHTS_FILE)
+    assert sha256(checkpoint_dirs(tmp_path / "straight")[-1] / names.WEIGHTS_FILE) == \
+        sha256(checkpoint_dirs(tmp_path / "cut")[-1] / names.WEIGHTS_FILE)
 
 
 def test_same_seed_same_bytes_and_translations(prepared_corpus, tmp_path):
@@ -200,8 +201,8 @@ def test_same_seed_same_bytes_and_translations(prepared_corpus, tmp_path):
     for run in runs:
         train(config(12, "model.dropout=0.1"), data_dir=prepared_corpus, run_dir=run)
     last = [checkpoint_dirs(run)[-1] for run in runs]
-    assert sha256(last[0] / ck.WEIGHTS_FILE) == sha256(last[1] / ck.WEIGHTS_FILE)
-    assert sha256(last[0] / ck.OPTIMIZER_FILE) == sha256(last[1] / ck.OPTIMIZER_FILE)
+    assert sha256(last[0] / names.WEIGHTS_FILE) == sha256(last[1] / names.WEIGHTS_FILE)
+    assert sha256(last[0] / names.OPTIMIZER_FILE) == sha256(last[1] / names.OPTIMIZER_FILE)
     sources = (prepared_corpus / "valid.src.txt").read_text().splitlines()[:10]
     outputs = [Translator.from_dir(p, max_length_offset=5).translate(sources) for p in last]
     assert outputs[0] == outputs[1]
@@ -233,7 +234,7 @@ class FakeClock:
 
 
 def weights_sha256(run_dir) -> str:
-    return sha256(checkpoint_dirs(run_dir)[-1] / ck.WEIGHTS_FILE)
+    return sha256(checkpoint_dirs(run_dir)[-1] / names.WEIGHTS_FILE)
 
 
 def test_a_timed_cooldown_ends_the_run_on_its_last_step_and_resumes_exactly(
@@ -296,7 +297,7 @@ def test_the_last_step_is_validated_before_its_checkpoint_even_on_a_save_step(
     cfg = config(10, "train.valid_every=4")
     state = train(cfg, data_dir=prepared_corpus, run_dir=tmp_path / "run")
     assert validated_steps() == [4, 8, 10]
-    saved = json.loads((checkpoint_dirs(tmp_path / "run")[-1] / ck.STATE_FILE).read_text())
+    saved = json.loads((checkpoint_dirs(tmp_path / "run")[-1] / names.STATE_FILE).read_text())
     assert saved["step"] == 10
     assert (saved["best_step"], saved["best_score"]) == (state["best_step"], state["best_score"])
     train(cfg, data_dir=prepared_corpus, run_dir=tmp_path / "run")
@@ -325,7 +326,7 @@ def test_a_max_epochs_stop_on_a_save_step_writes_its_checkpoint_once(
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text()
             .splitlines()]
     assert [row["step"] for row in rows if row["kind"] == "valid"] == [epoch]
-    saved = json.loads((checkpoint_dirs(tmp_path / "run")[-1] / ck.STATE_FILE).read_text())
+    saved = json.loads((checkpoint_dirs(tmp_path / "run")[-1] / names.STATE_FILE).read_text())
     assert saved["best_step"] == epoch
     assert train(cfg, data_dir=prepared_corpus, run_dir=tmp_path / "run")["step"] == epoch
     assert saved_steps == [epoch]

@@ -21,6 +21,8 @@ from conftest import REPO, tiny_model
 from transformer_mt.cli.main import main
 from transformer_mt.config import load_config
 from transformer_mt.inference.translator import Translator
+from transformer_mt.storage import names
+from transformer_mt.storage.files import sha256_file
 from transformer_mt.storage.model_dir import (
     ModelLoadError,
     load_model,
@@ -28,8 +30,8 @@ from transformer_mt.storage.model_dir import (
     save_model,
     unique_state_dict,
 )
-from transformer_mt.training import checkpoint as ck
-from transformer_mt.training.checkpoint import average_checkpoints, checkpoint_dirs
+from transformer_mt.storage.run_dir import checkpoint_dirs
+from transformer_mt.training.checkpoint import average_checkpoints
 from transformer_mt.training.loop import train
 
 DANGEROUS = ("os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "subprocess.",
@@ -116,11 +118,11 @@ def model_dir(tmp_path_factory, corpus_vocab):
 def bad_copies(model_dir, tmp_path):
     good, model = model_dir
     marker = tmp_path / "PWNED"
-    valid = (good / ck.WEIGHTS_FILE).read_bytes()
+    valid = (good / names.WEIGHTS_FILE).read_bytes()
     for label, data in variants(marker, valid, model).items():
         bad = tmp_path / re.sub(r"\W", "_", label)
         shutil.copytree(good, bad)
-        (bad / ck.WEIGHTS_FILE).write_bytes(data)
+        (bad / names.WEIGHTS_FILE).write_bytes(data)
         yield label, bad, marker
 
 
@@ -128,7 +130,7 @@ def test_python_api_and_translate_refuse_every_bad_file(model_dir, tmp_path, cap
     (tmp_path / "in.txt").write_text("a dog runs .\n")
     count = 0
     for label, bad, marker in bad_copies(model_dir, tmp_path):
-        weights = str(bad / ck.WEIGHTS_FILE)
+        weights = str(bad / names.WEIGHTS_FILE)
         with Audited():
             with pytest.raises(ModelLoadError, match=re.escape(weights)):
                 load_model(bad)
@@ -154,12 +156,12 @@ def trained_run(prepared_corpus, tmp_path_factory):
 
 def resign(path: Path) -> None:
     """Rewrite the manifest so the bad file passes the checksum (an attacker would)."""
-    names = sorted(p.name for p in path.iterdir() if p.name != ck.MANIFEST_FILE)
-    (path / ck.MANIFEST_FILE).write_text(
-        "".join(f"{ck.sha256_file(path / n)}  {n}\n" for n in names))
+    listed = sorted(p.name for p in path.iterdir() if p.name != names.MANIFEST_FILE)
+    (path / names.MANIFEST_FILE).write_text(
+        "".join(f"{sha256_file(path / n)}  {n}\n" for n in listed))
 
 
-@pytest.mark.parametrize("target", [ck.WEIGHTS_FILE, ck.OPTIMIZER_FILE])
+@pytest.mark.parametrize("target", [names.WEIGHTS_FILE, names.OPTIMIZER_FILE])
 def test_resume_and_average_refuse_every_bad_checkpoint(trained_run, prepared_corpus, model_dir,
                                                         tmp_path, capsys, target):
     run, cfg = trained_run
@@ -175,7 +177,7 @@ def test_resume_and_average_refuse_every_bad_checkpoint(trained_run, prepared_co
         with Audited():
             with pytest.raises(ModelLoadError, match=re.escape(str(bad / target))):
                 train(cfg, data_dir=prepared_corpus, run_dir=bad_run)
-            if target == ck.WEIGHTS_FILE:
+            if target == names.WEIGHTS_FILE:
                 with pytest.raises(ModelLoadError, match=re.escape(str(bad / target))):
                     average_checkpoints([bad], tmp_path / "avg")
                 assert main(["average", "--run-dir", str(bad_run), "--last", "1", "--out",

@@ -157,7 +157,8 @@ def test_average_names_the_steps_when_they_span_much_of_the_run(trained_model, t
                                                                  caplog):
     import shutil
 
-    from transformer_mt.training import checkpoint
+    from transformer_mt.storage.files import sha256_file
+    from transformer_mt.storage.names import MANIFEST_FILE
 
     run = tmp_path / "run"
     for step in (100, 200, 300, 400, 500):  # copies of one checkpoint, as steps of a run
@@ -165,9 +166,9 @@ def test_average_names_the_steps_when_they_span_much_of_the_run(trained_model, t
         shutil.copytree(trained_model, path)
         state = json.loads((path / "state.json").read_text()) | {"step": step}
         (path / "state.json").write_text(json.dumps(state))
-        names = sorted(p.name for p in path.iterdir() if p.name != checkpoint.MANIFEST_FILE)
-        (path / checkpoint.MANIFEST_FILE).write_text(
-            "".join(f"{checkpoint.sha256_file(path / n)}  {n}\n" for n in names))
+        names = sorted(p.name for p in path.iterdir() if p.name != MANIFEST_FILE)
+        (path / MANIFEST_FILE).write_text(
+            "".join(f"{sha256_file(path / n)}  {n}\n" for n in names))
     caplog.set_level(logging.WARNING)
     assert main(["average", "--run-dir", str(run), "--out", str(tmp_path / "a")]) == 0
     assert "the 5 checkpoints averaged span steps 100, 200, 300, 400, 500" in caplog.text

@@ -40,7 +40,7 @@ from transformer_mt.inference.alignment import (
 )
 from transformer_mt.inference.attention_maps import attention_maps
 from transformer_mt.inference.translator import Translator
-from transformer_mt.training.checkpoint import resolve_model_dir
+from transformer_mt.storage.run_dir import resolve_model_dir
 
 Links = set[tuple[int, int]]
 

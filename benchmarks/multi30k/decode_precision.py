@@ -22,7 +22,7 @@ import torch
 
 from transformer_mt.evaluation.bleu import read_text, sacrebleu_scores, tokenized_bleu
 from transformer_mt.inference.translator import Translator
-from transformer_mt.training.checkpoint import resolve_model_dir
+from transformer_mt.storage.run_dir import resolve_model_dir
 
 MODES = {"fp32": {}, "bf16_autocast": {"bf16": True}, "int8_dynamic": {"int8": True},
          "int8_row_scales": {"int8": True, "int8_scales": "row"},

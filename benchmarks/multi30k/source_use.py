@@ -23,7 +23,7 @@ from transformer_mt.data.batching import token_batches
 from transformer_mt.data.dataset import ParallelData
 from transformer_mt.inference.attention_maps import attention_maps
 from transformer_mt.storage.model_dir import load_model
-from transformer_mt.training.checkpoint import resolve_model_dir
+from transformer_mt.storage.run_dir import resolve_model_dir
 
 
 @torch.inference_mode()

@@ -32,7 +32,7 @@ from transformer_mt.config import DecodeConfig  # noqa: E402
 from transformer_mt.evaluation.bleu import read_text  # noqa: E402
 from transformer_mt.storage.files import sha256_file  # noqa: E402
 from transformer_mt.storage.model_dir import WEIGHTS_FILE  # noqa: E402
-from transformer_mt.training.checkpoint import resolve_model_dir  # noqa: E402
+from transformer_mt.storage.run_dir import resolve_model_dir  # noqa: E402
 
 log = logging.getLogger("knn_mt")
 

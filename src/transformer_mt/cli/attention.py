@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
         save_npz,
     )
     from ..inference.translator import Translator
-    from ..training.checkpoint import resolve_model_dir
+    from ..storage.run_dir import resolve_model_dir
 
     translator = Translator.from_dir(resolve_model_dir(args.model))
     model, vocab = translator.model, translator.vocab

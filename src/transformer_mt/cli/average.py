@@ -26,7 +26,8 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..training.checkpoint import average_checkpoints, checkpoint_dirs, read_state
+    from ..storage.run_dir import checkpoint_dirs
+    from ..training.checkpoint import average_checkpoints, read_state
 
     checkpoints = checkpoint_dirs(args.run_dir)
     if not checkpoints:

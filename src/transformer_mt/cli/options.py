@@ -96,7 +96,7 @@ def open_translator(args: argparse.Namespace, decode: dict[str, Any]):
     """The Translator of --model, --device and --engine with decoding overrides `decode`;
     returns (translator, the model directories)."""
     from ..inference.translator import Translator
-    from ..training.checkpoint import resolve_model_dir
+    from ..storage.run_dir import resolve_model_dir
 
     if args.engine == "ctranslate2":
         from ..interop.ct2 import CTranslate2Translator

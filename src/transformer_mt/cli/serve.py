@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 from pathlib import Path
 
@@ -47,11 +46,11 @@ def model_languages(model_dir: Path, given: tuple[str, str] | None = None
     None where they are not known."""
     if given:
         return given
+    from ..storage.model_dir import read_config_json
     from ..storage.names import CONFIG_FILE
 
     ours = model_dir / OURS_FILE
-    config = json.loads((ours if ours.exists() else model_dir / CONFIG_FILE).read_text(
-        encoding="utf-8"))
+    config = read_config_json(ours if ours.exists() else model_dir / CONFIG_FILE)
     languages = config.get("languages")
     if not (isinstance(languages, list) and len(languages) == 2
             and all(isinstance(code, str) for code in languages)):

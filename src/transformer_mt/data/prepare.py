@@ -32,7 +32,7 @@ import numpy as np
 
 from ..config import DataConfig, config_to_dict
 from ..storage.files import sha256_file
-from ..storage.names import VOCAB_FILE
+from ..storage.names import VOCAB_FILE, copy_vocabulary, vocabulary_files
 from .text import DataError, iter_parallel
 from .vocab import (
     BOS_ID,
@@ -40,10 +40,8 @@ from .vocab import (
     PAD_ID,
     MarianVocabulary,
     Vocabulary,
-    copy_vocabulary,
     load_model_vocabulary,
     train_vocabulary,
-    vocabulary_files,
 )
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import io
 import json
-import shutil
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -193,21 +192,6 @@ def load_processor(path: Path) -> spm.SentencePieceProcessor:
     return processor
 
 
-
-
-def vocabulary_files(directory: str | Path) -> tuple[str, ...]:
-    """The names of a model or data directory's vocabulary files: Marian's three (four with a
-    separate target vocabulary) where vocab.json is there, else our SentencePiece model."""
-    directory = Path(directory)
-    if not (directory / MARIAN_FILES[2]).exists():
-        return (VOCAB_FILE,)
-    return MARIAN_FILES + ((TARGET_VOCAB_FILE,) if (directory / TARGET_VOCAB_FILE).exists()
-                           else ())
-
-
-def copy_vocabulary(src_dir: Path, dst_dir: Path) -> None:
-    for name in vocabulary_files(src_dir):
-        shutil.copyfile(Path(src_dir) / name, Path(dst_dir) / name)
 
 
 def load_model_vocabulary(model_dir: str | Path) -> Vocabulary | MarianVocabulary:

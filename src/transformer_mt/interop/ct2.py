@@ -29,12 +29,12 @@ from typing import Any
 import torch
 
 from ..config import ConfigError, DecodeConfig, ModelConfig, config_from_dict, config_to_dict
-from ..data.vocab import MarianVocabulary, Vocabulary, copy_vocabulary, load_model_vocabulary
+from ..data.vocab import MarianVocabulary, Vocabulary, load_model_vocabulary
 from ..inference.search import length_norm, max_output_lengths
 from ..inference.translator import Translation, Translator
 from ..model.transformer import Transformer
-from ..storage.model_dir import ModelLoadError, load_model
-from ..storage.names import CONFIG_FILE
+from ..storage.model_dir import ModelLoadError, load_model, read_config_json
+from ..storage.names import CONFIG_FILE, copy_vocabulary
 from . import OURS_FILE, QUANTIZATIONS, ConversionError
 
 ACTIVATIONS = {"relu": "RELU", "gelu": "GELU", "silu": "SWISH"}
@@ -150,7 +150,7 @@ def export_ctranslate2(model_dir: str | Path, out_dir: str | Path, *,
     copy_vocabulary(model_dir, out_dir)
     ours = {"model": config_to_dict(model.cfg), "decode": config_to_dict(decode),
             "quantization": quantization,
-            "languages": json.loads((model_dir / CONFIG_FILE).read_text()).get("languages")}
+            "languages": read_config_json(model_dir / CONFIG_FILE).get("languages")}
     (out_dir / OURS_FILE).write_text(json.dumps(ours, indent=2) + "\n", encoding="utf-8")
     return out_dir
 

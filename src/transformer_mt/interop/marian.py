@@ -39,7 +39,6 @@ from ..config import (
 from ..data.vocab import (
     MarianVocabulary,
     Vocabulary,
-    copy_vocabulary,
     load_model_vocabulary,
 )
 from ..model.transformer import sinusoidal_positions
@@ -51,7 +50,7 @@ from ..storage.model_dir import (
     read_foreign_weights,
     save_model,
 )
-from ..storage.names import MARIAN_FILES, TARGET_VOCAB_FILE
+from ..storage.names import MARIAN_FILES, TARGET_VOCAB_FILE, copy_vocabulary
 from . import ConversionError
 from .layout import layer_names, relayout_sinusoids
 from .marian_npz import import_marian_npz, is_marian_directory

@@ -28,8 +28,8 @@ from ..config import (
     without_retired,
 )
 from ..model.transformer import Transformer
-from .files import atomic_write
-from .names import CONFIG_FILE, VOCAB_FILE, WEIGHTS_FILE
+from .files import atomic_dir
+from .names import CONFIG_FILE, VOCAB_FILE, WEIGHTS_FILE, copy_vocabulary
 
 MAX_HEADER_BYTES = 100 * 1024 * 1024  # safetensors' own limit on the JSON header
 
@@ -51,30 +51,47 @@ def unique_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 def save_model(model: Transformer, out_dir: str | Path, *, vocab_path: str | Path | None = None,
                decode: DecodeConfig | None = None) -> Path:
-    """Write `model` (and optionally its vocabulary and decoding defaults) to `out_dir`."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    state = {k: v.cpu() for k, v in unique_state_dict(model).items()}
-    atomic_write(out_dir / WEIGHTS_FILE,
-                  lambda p: save_file(state, str(p), metadata={"format": "pt"}))
-    decode = decode or DecodeConfig()
-    config = {"model": config_to_dict(model.cfg), "decode": config_to_dict(decode)}
-    atomic_write(out_dir / CONFIG_FILE,
-                  lambda p: p.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8"))
-    if vocab_path is not None and Path(vocab_path).resolve() != (out_dir / VOCAB_FILE).resolve():
-        atomic_write(out_dir / VOCAB_FILE, lambda p: shutil.copyfile(vocab_path, p))
-    return out_dir
+    """Write `model` (and optionally its vocabulary, a SentencePiece model file or a model
+    directory, and its decoding defaults) to `out_dir`; other files there are left alone."""
+    config = {"model": config_to_dict(model.cfg),
+              "decode": config_to_dict(decode or DecodeConfig())}
+    with atomic_dir(Path(out_dir)) as tmp:
+        write_model_files(tmp, unique_state_dict(model), config, vocab_path)
+    return Path(out_dir)
 
 
-def load_config_json(path: Path) -> tuple[ModelConfig, DecodeConfig]:
+def write_model_files(directory: Path, weights: dict[str, torch.Tensor], config: dict,
+                      vocab_from: str | Path | None = None) -> None:
+    """The one writer of a model directory's files, into `directory`: a temporary one that
+    `files.atomic_dir` (save_model, average) or the checkpoint protocol (training/checkpoint.py)
+    moves into place. The weights (on the CPU), the config and the vocabulary of `vocab_from`
+    (a model or data directory, or a SentencePiece model file)."""
+    save_file({k: v.cpu() for k, v in weights.items()}, str(directory / WEIGHTS_FILE),
+              metadata={"format": "pt"})
+    (directory / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    if vocab_from is not None and Path(vocab_from).is_dir():
+        copy_vocabulary(Path(vocab_from), directory)
+    elif vocab_from is not None:
+        shutil.copyfile(vocab_from, directory / VOCAB_FILE)
+
+
+def read_config_json(path: Path) -> dict:
+    """A model directory's (or checkpoint's) config.json as written, the one place it is read:
+    an object with a 'model' section, else ModelLoadError naming the file."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ModelLoadError(f"{path}: missing (a model directory needs {CONFIG_FILE})") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ModelLoadError(f"{path}: not a valid JSON config: {err}") from None
     if not isinstance(data, dict) or "model" not in data:
         raise ModelLoadError(f"{path}: expected an object with a 'model' section")
+    return data
+
+
+def load_config_json(path: Path) -> tuple[ModelConfig, DecodeConfig]:
+    """The model and decoding configs of a config.json (`read_config_json`), checked."""
+    data = read_config_json(path)
     try:
         data = without_retired(data, str(path))
         model_cfg = config_from_dict(ModelConfig, data["model"], "model")

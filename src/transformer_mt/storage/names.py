@@ -1,4 +1,8 @@
-"""The files of a model directory (and of a prepared data directory's vocabulary), named once."""
+"""The files of a model directory (and of a prepared data directory's vocabulary, and of a run's
+checkpoints), named once, and which of them a directory's vocabulary is."""
+
+import shutil
+from pathlib import Path
 
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"  # the model and decoding configs (and, in a run, the whole config)
@@ -7,3 +11,22 @@ VOCAB_FILE = "sentencepiece.model"  # the joint vocabulary: prepare writes it, m
 # models and the piece -> id map they share
 MARIAN_FILES = ("source.spm", "target.spm", "vocab.json")
 TARGET_VOCAB_FILE = "target_vocab.json"  # Marian's separate target vocabulary, where there is one
+# a checkpoint is a model directory with these beside (training/checkpoint.py)
+OPTIMIZER_FILE = "optimizer.safetensors"  # Adam's moments and torch's random states
+STATE_FILE = "state.json"  # the training state
+MANIFEST_FILE = "MANIFEST.sha256"  # the sha256 of every other file
+
+
+def vocabulary_files(directory: str | Path) -> tuple[str, ...]:
+    """The names of a model or data directory's vocabulary files: Marian's three (four with a
+    separate target vocabulary) where vocab.json is there, else our SentencePiece model."""
+    directory = Path(directory)
+    if not (directory / MARIAN_FILES[2]).exists():
+        return (VOCAB_FILE,)
+    return MARIAN_FILES + ((TARGET_VOCAB_FILE,) if (directory / TARGET_VOCAB_FILE).exists()
+                           else ())
+
+
+def copy_vocabulary(src_dir: Path, dst_dir: Path) -> None:
+    for name in vocabulary_files(src_dir):
+        shutil.copyfile(Path(src_dir) / name, Path(dst_dir) / name)

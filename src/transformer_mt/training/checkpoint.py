@@ -18,14 +18,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import shutil
 from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
 
-from ..data.vocab import copy_vocabulary, vocabulary_files
 from ..model.transformer import Transformer
 from ..storage.files import atomic_dir, fsync_path, sha256_file
 from ..storage.model_dir import (
@@ -33,77 +31,20 @@ from ..storage.model_dir import (
     assign_weights,
     check_weights,
     load_config_json,
+    read_config_json,
     read_weights,
     unique_state_dict,
+    write_model_files,
 )
-from ..storage.names import CONFIG_FILE, WEIGHTS_FILE
+from ..storage.names import CONFIG_FILE, MANIFEST_FILE, OPTIMIZER_FILE, STATE_FILE, WEIGHTS_FILE
+from ..storage.run_dir import TMP_PREFIX, step_dirs
 from . import rng_state
 
 log = logging.getLogger(__name__)
 
-OPTIMIZER_FILE = "optimizer.safetensors"
-STATE_FILE = "state.json"
-MANIFEST_FILE = "MANIFEST.sha256"
-STEP_DIR = re.compile(r"^step_(\d{8})$")
-TMP_PREFIX = ".tmp-"
-
 
 class CheckpointError(OSError):
     """A checkpoint could not be written; the message names the path and the reason."""
-
-
-def step_dirs(run_dir: Path) -> list[Path]:
-    """Directories under final checkpoint names, oldest first (not verified)."""
-    root = Path(run_dir) / "checkpoints"
-    if not root.is_dir():
-        return []
-    return sorted((p for p in root.iterdir() if STEP_DIR.match(p.name)), key=lambda p: p.name)
-
-
-def manifest_problem(path: Path) -> str | None:
-    """Why checkpoint `path` is not valid (missing or damaged file), or None if it verifies."""
-    try:
-        lines = (path / MANIFEST_FILE).read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as err:
-        return f"no readable {MANIFEST_FILE} ({err})"
-    listed = {}
-    for line in lines:
-        digest, _, name = line.partition("  ")
-        listed[name] = digest
-    for required in (WEIGHTS_FILE, OPTIMIZER_FILE, CONFIG_FILE, *vocabulary_files(path),
-                     STATE_FILE):
-        if required not in listed:
-            return f"{MANIFEST_FILE} does not list {required}"
-    for name, digest in listed.items():
-        try:
-            actual = sha256_file(path / name)
-        except OSError as err:
-            return f"{name}: {err.strerror}"
-        if actual != digest:
-            return f"{name}: sha256 mismatch"
-    return None
-
-
-def checkpoint_dirs(run_dir: Path) -> list[Path]:
-    """Checkpoints of a run whose manifest verifies, oldest first; invalid ones are logged."""
-    valid = []
-    for path in step_dirs(run_dir):
-        problem = manifest_problem(path)
-        if problem:
-            log.warning("ignoring damaged checkpoint %s: %s", path, problem)
-        else:
-            valid.append(path)
-    return valid
-
-
-def latest_checkpoint(run_dir: Path) -> Path | None:
-    """The highest step whose manifest verifies, or None."""
-    for path in reversed(step_dirs(run_dir)):
-        problem = manifest_problem(path)
-        if problem is None:
-            return path
-        log.warning("ignoring damaged checkpoint %s: %s", path, problem)
-    return None
 
 
 def clean_temporaries(run_dir: Path) -> None:
@@ -158,14 +99,11 @@ def save_checkpoint(*, run_dir: Path, model: Transformer, optimizer: torch.optim
         root.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
-        weights = {k: v.cpu() for k, v in unique_state_dict(model).items()}
-        save_file(weights, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
+        write_model_files(tmp, unique_state_dict(model), config, vocab_dir)
         rng_json, rng_tensors = rng_state.capture()
         save_file(optimizer_tensors(model, optimizer) | rng_tensors | (extra_tensors or {}),
                   str(tmp / OPTIMIZER_FILE))
         state = state | {"rng": rng_json}
-        (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-        copy_vocabulary(vocab_dir, tmp)
         (tmp / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
         names = sorted(p.name for p in tmp.iterdir())
         manifest = "".join(f"{sha256_file(tmp / n)}  {n}\n" for n in names)
@@ -236,21 +174,8 @@ def average_checkpoints(paths: list[Path], out_dir: Path) -> Path:
         for name, tensor in state.items():
             total[name] = total.get(name, 0) + tensor.double()
     averaged = {name: (t / len(paths)).float() for name, t in total.items()}
-    config = json.loads((paths[-1] / CONFIG_FILE).read_text(encoding="utf-8"))
+    config = read_config_json(paths[-1] / CONFIG_FILE)
     config["averaged_from"] = [p.name for p in paths]
     with atomic_dir(out_dir) as tmp:
-        save_file(averaged, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
-        (tmp / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-        copy_vocabulary(paths[-1], tmp)
+        write_model_files(tmp, averaged, config, paths[-1])
     return Path(out_dir)
-
-
-def resolve_model_dir(path: Path) -> Path:
-    """A model directory, or the latest checkpoint of a run directory."""
-    path = Path(path)
-    if (path / WEIGHTS_FILE).exists():
-        return path
-    latest = latest_checkpoint(path)
-    if latest is not None:
-        return latest
-    raise ModelLoadError(f"{path}: neither a model directory nor a run with checkpoints")

@@ -30,7 +30,8 @@ from ..hardware.onednn import bound_onednn_caches
 from ..model.transformer import Transformer
 from ..storage.model_dir import assign_weights, read_weights
 from ..storage.names import CONFIG_FILE, WEIGHTS_FILE
-from .checkpoint import clean_temporaries, latest_checkpoint, save_checkpoint
+from ..storage.run_dir import latest_checkpoint
+from .checkpoint import clean_temporaries, save_checkpoint
 from .distributed import World, all_sum, gather_rng, init_world, shutdown
 from .fine_tune import check_init_data
 from .metrics import MetricsLog, plot_curves, resident_mib

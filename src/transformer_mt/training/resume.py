@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from pathlib import Path
 
@@ -19,8 +18,9 @@ from ..config import (
     without_retired,
 )
 from ..model.transformer import Transformer
-from ..storage.names import CONFIG_FILE
-from .checkpoint import STATE_FILE, load_checkpoint, read_state
+from ..storage.model_dir import read_config_json
+from ..storage.names import CONFIG_FILE, STATE_FILE
+from .checkpoint import load_checkpoint, read_state
 from .distributed import World
 
 log = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ def initialised_as(cfg: Config, checkpoint: Path | None) -> Config:
     (a setting the checkpoint lacks: the value its code had); `cfg` for a fresh run."""
     if checkpoint is None:
         return cfg
-    saved = json.loads((checkpoint / CONFIG_FILE).read_text(encoding="utf-8"))["model"]
+    saved = read_config_json(checkpoint / CONFIG_FILE)["model"]
     began = {k: saved.get(k, before) for k, before in INIT_ONLY_MODEL_KEYS.items()}
     return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, **began))
 
