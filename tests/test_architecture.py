@@ -7,7 +7,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "transformer_mt"
 # lowest first: a module may import its own layer and the layers before it
 LAYERS = ["config", "hardware", "model", "storage", "data", "evaluation", "inference", "interop",
-          "training", "serving", "cli"]
+          "training", "serving", "research", "cli"]
 
 
 def layer_of(module: str) -> str:

@@ -104,7 +104,7 @@ def test_the_attention_command_writes_weights_and_figures(trained_model, tmp_pat
 
 
 def test_words_merge_pieces_keeping_rows_distributions():
-    from transformer_mt.inference.attention_view import SentenceAttention
+    from transformer_mt.research.attention_view import SentenceAttention
 
     source = ["▁sun", "flower", "▁grow", "</s>"]
     target = ["<s>", "▁Sonnen", "blume", "n"]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from transformer_mt.evaluation.evalb import (
+from transformer_mt.research.evalb import (
     EVALB_NAMES,
     BracketError,
     EvalbParams,

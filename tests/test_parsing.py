@@ -10,8 +10,8 @@ import torch
 
 from transformer_mt.cli.main import main
 from transformer_mt.cli.parse import tree_constraints
-from transformer_mt.data.trees import parse_tree
 from transformer_mt.data.vocab import Vocabulary, train_vocabulary
+from transformer_mt.research.trees import parse_tree
 
 NOUNS, VERBS, DETS = ["dog", "cat", "girl", "ball", "park"], ["sees", "runs", "likes"], \
     ["a", "the"]

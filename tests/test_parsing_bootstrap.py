@@ -10,7 +10,7 @@ import sys
 
 from conftest import REPO
 from test_parsing import tree
-from transformer_mt.evaluation.evalb import score_files, summary
+from transformer_mt.research.evalb import score_files, summary
 
 SCRIPT = REPO / "benchmarks" / "parsing" / "bootstrap.py"
 

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from conftest import REPO
-from transformer_mt.data.trees import Tree, parse_tree
+from transformer_mt.research.trees import Tree, parse_tree
 
 spec = importlib.util.spec_from_file_location("pcfg", REPO / "benchmarks" / "parsing" / "pcfg.py")
 pcfg = importlib.util.module_from_spec(spec)

@@ -16,8 +16,8 @@ import pytest
 
 from transformer_mt.config import ConfigError, ModelConfig, config_to_dict, load_config
 from transformer_mt.model.stats import model_stats
+from transformer_mt.research.table3 import ORDER, Row, row_config, select_rows
 from transformer_mt.training.schedule import noam_lr
-from transformer_mt.training.table3 import ORDER, Row, row_config, select_rows
 
 # Table 3's words: "a shared source-target vocabulary of about 37000 tokens" (§5.1)
 VOCAB = 37_000
@@ -139,7 +139,7 @@ def test_the_driver_writes_the_table_skips_finished_rows_and_resumes_a_killed_on
 
 
 def test_seed_noise_is_pooled_over_rows_and_scaled_to_the_change():
-    from transformer_mt.training.table3 import agreement, pooled_sd
+    from transformer_mt.research.table3 import agreement, pooled_sd
 
     # variances 2 (1 dof) and 4 (2 dof); a single seed adds nothing
     assert pooled_sd([[1.0, 3.0], [2.0, 4.0, 6.0], [5.0]]) == pytest.approx((10 / 3) ** 0.5)

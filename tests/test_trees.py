@@ -4,7 +4,8 @@ the repair of malformed predicted sequences."""
 
 import pytest
 
-from transformer_mt.data.trees import (
+from transformer_mt.research.evalb import score_sentence
+from transformer_mt.research.trees import (
     PUNCTUATION_TAGS,
     TreeError,
     linearise,
@@ -12,7 +13,6 @@ from transformer_mt.data.trees import (
     preprocess,
     restore,
 )
-from transformer_mt.evaluation.evalb import score_sentence
 
 RAW = ("( (S (NP-SBJ-1 (NNP Mr.) (NNP Vinken) ) (VP (VBZ is) (NP-PRD (NP (NN chairman) ) "
        "(PP (IN of) (NP (NNP Elsevier) (NNP N.V.) )))) (SBAR (-NONE- 0) (S (-NONE- *T*-2) )) "

@@ -1,4 +1,4 @@
-"""Does our scorer (evaluation/evalb.py) give EVALB's numbers on real trees?
+"""Does our scorer (research/evalb.py) give EVALB's numbers on real trees?
 
 Gold: every tree of ../shared/data/ptb-sample (3,914, the unlabeled root written TOP, function
 tags and -NONE- left for the scorers to handle). Test: each gold tree perturbed at random
@@ -22,8 +22,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from transformer_mt.data.trees import Tree, parse_tree
-from transformer_mt.evaluation.evalb import EVALB_NAMES, EvalbParams, score_files, summary
+from transformer_mt.research.evalb import EVALB_NAMES, EvalbParams, score_files, summary
+from transformer_mt.research.trees import Tree, parse_tree
 
 LABELS = ("NP", "VP", "PP", "S", "SBAR", "ADJP", "ADVP", "PRT", "QP", "WHNP")
 
@@ -125,7 +125,7 @@ def main() -> None:
         compared[section] = {key: [round(ours[name], 2), theirs[section][key]]
                              for key, name in keys.items()}
     same = not differing and all(a == b for sec in compared.values() for a, b in sec.values())
-    report = {"question": "does evaluation/evalb.py give EVALB's numbers", "trees": len(scores),
+    report = {"question": "does research/evalb.py give EVALB's numbers", "trees": len(scores),
               "sentence_lines_differing": differing[:20], "n_differing": len(differing),
               "summaries [ours, EVALB]": compared, "identical": same,
               "strict_f1_all": round(summary(scores, strict=True)["f1"], 2),

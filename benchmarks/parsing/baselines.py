@@ -1,4 +1,4 @@
-"""Parsing baselines scored by the same scorer as our parser (evaluation/evalb.py): right-branching
+"""Parsing baselines scored by the same scorer as our parser (research/evalb.py): right-branching
 trees, every constituent labelled S (labelled scores) and the same trees scored unlabelled, on
 the Treebank sample's dev and test trees.
 
@@ -14,8 +14,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from transformer_mt.data.trees import PLACEHOLDER, PUNCTUATION_TAGS, Tree, parsing_pair
-from transformer_mt.evaluation.evalb import EvalbParams, score_files, summary
+from transformer_mt.research.evalb import EvalbParams, score_files, summary
+from transformer_mt.research.trees import PLACEHOLDER, PUNCTUATION_TAGS, Tree, parsing_pair
 
 
 def right_branching(words: list[str]) -> Tree:

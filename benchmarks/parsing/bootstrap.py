@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from transformer_mt.evaluation.evalb import EvalbParams, score_files, summary
+from transformer_mt.research.evalb import EvalbParams, score_files, summary
 
 
 def interval(values) -> list[float]:

@@ -20,8 +20,8 @@ import nltk
 import torch
 from pcfg import cky, emissions, read_grammar
 
-from transformer_mt.data.trees import parsing_pair
 from transformer_mt.hardware.cpu_speed import cpu_model
+from transformer_mt.research.trees import parsing_pair
 
 
 def nltk_grammar(g, words: list[str]) -> nltk.PCFG:

@@ -1,6 +1,6 @@
 """The cheap non-neural baseline of the parsing table: a treebank PCFG (Charniak 1996), read off
 the sample's training trees, parent-annotated and markovised as Klein & Manning (2003) do, and
-parsed by Viterbi CKY in torch; scored by the same scorer as our parser (evaluation/evalb.py).
+parsed by Viterbi CKY in torch; scored by the same scorer as our parser (research/evalb.py).
 
     python benchmarks/parsing/pcfg.py --data ../shared/data \\
         --out benchmarks/results/parsing-baselines/pcfg.json
@@ -26,9 +26,9 @@ from pathlib import Path
 
 import torch
 
-from transformer_mt.data.trees import Tree, parsing_pair
-from transformer_mt.evaluation.evalb import EvalbParams, score_files, summary
 from transformer_mt.hardware.cpu_speed import cpu_model
+from transformer_mt.research.evalb import EvalbParams, score_files, summary
+from transformer_mt.research.trees import Tree, parsing_pair
 
 SUFFIXES = ("ing", "ed", "ly", "ion", "er", "est", "al", "ity", "ic", "able", "ive", "ous",
             "s", "y")

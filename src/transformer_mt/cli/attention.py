@@ -44,7 +44,8 @@ def run(args: argparse.Namespace) -> int:
     import torch  # here: `--help` needs no torch (tests/test_cli.py)
 
     from ..inference.attention_maps import KINDS, attention_maps
-    from ..inference.attention_view import (
+    from ..inference.translator import Translator
+    from ..research.attention_view import (
         SentenceAttention,
         draw_from,
         draw_grid,
@@ -53,7 +54,6 @@ def run(args: argparse.Namespace) -> int:
         save_bertviz,
         save_npz,
     )
-    from ..inference.translator import Translator
     from ..storage.run_dir import resolve_model_dir
 
     translator = Translator.from_dir(resolve_model_dir(args.model))

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING
 
 from ..config import DecodeConfig
 from ..data.text import read_text
-from ..data.trees import SLOTS, TreeError, is_bracket, parsing_pair, restore
 from ..data.vocab import WORD_BOUNDARY, Vocabulary
-from ..evaluation.evalb import evalb_params, score_files, summary
+from ..research.evalb import evalb_params, score_files, summary
+from ..research.trees import SLOTS, TreeError, is_bracket, parsing_pair, restore
 from ..storage.files import atomic_dir, atomic_write_text
 from .options import (
     add_config_options,

@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from ..config import ConfigError, load_config, preset_names
-from ..training.table3 import (
+from ..research.table3 import (
     ORDER,
     recorded,
     run_table,

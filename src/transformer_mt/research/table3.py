@@ -28,7 +28,7 @@ from typing import Any
 from ..config import PRESETS_DIR, Config, ConfigError, config_from_dict, config_to_dict, read_yaml
 from ..data.prepare import load_vocab
 from ..storage.files import atomic_write
-from .metrics import read_metrics
+from ..training.metrics import read_metrics
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +111,7 @@ def run_row(row: Row, cfg: Config, data_dir: Path, out_dir: Path, seed: int) -> 
         return json.loads(result_path.read_text(encoding="utf-8"))
     # here, not at the top: `transformer-mt table3 --help` reads ORDER without torch
     from ..model.stats import model_stats
-    from .loop import train
+    from ..training.loop import train
 
     run_dir = out_dir / "runs" / f"{row.name}-seed{seed}"
     start = time.monotonic()

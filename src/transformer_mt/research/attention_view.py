@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .alignment import word_index
-from .attention_maps import KINDS, AttentionMaps
+from ..inference.alignment import word_index
+from ..inference.attention_maps import KINDS, AttentionMaps
 
 # N layers  H heads  Q queries  K keys  W words
 
