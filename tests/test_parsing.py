@@ -9,8 +9,8 @@ import random
 import torch
 
 from transformer_mt.cli.main import main
-from transformer_mt.cli.parse import tree_constraints
 from transformer_mt.data.vocab import Vocabulary, train_vocabulary
+from transformer_mt.research.tree_search import tree_constraints
 from transformer_mt.research.trees import parse_tree
 
 NOUNS, VERBS, DETS = ["dog", "cat", "girl", "ball", "park"], ["sees", "runs", "likes"], \
@@ -169,7 +169,7 @@ def test_word_slots_count_every_source_word_rare_ones_too(tmp_path):
     constraints = tree_constraints(vocab, slots=True, balanced=True)
     for sentence in ("the dog sees a cat", "Xqzt sees 34.5% Q", "the Zyx dog"):
         pieces = vocab.sp.encode(sentence, out_type=str)
-        assert constraints.words(torch.tensor([vocab.encode(sentence)])).tolist() == \
+        assert constraints.start(torch.tensor([vocab.encode(sentence)])).tolist() == \
             [len(sentence.split())], pieces
     assert "\u2581" in vocab.sp.encode("Xqzt", out_type=str), "the case is exercised"
     slot = constraints.is_slot_V

@@ -16,6 +16,7 @@ from transformer_mt.inference.search import (
     length_penalty,
     topk_in_blocks,
 )
+from transformer_mt.research.tree_search import TreeConstraints
 
 PAD, BOS, EOS, A, B = 0, 2, 3, 4, 5
 
@@ -465,9 +466,9 @@ def test_slot_limit_places_one_slot_per_source_word(search):
     model = FavoursA(tiny_model(seed=4), boost=3.0)
     src = random_batch(7, 3, 6, lengths=[6, 2, 4])
     vocab = model.cfg.vocab_size
-    constraints = decoding.TreeConstraints(is_slot_V=torch.arange(vocab) == A,
-                               begins_word_V=torch.arange(vocab) >= 10)
-    words = [int(w) for w in constraints.words(src)]
+    constraints = TreeConstraints(is_slot_V=torch.arange(vocab) == A,
+                                  begins_word_V=torch.arange(vocab) >= 10)
+    words = [int(w) for w in constraints.start(src)]
     assert words == [int((row >= 10).sum()) for row in src]
     cfg = DecodeConfig(beam_size=3, n_best=3, max_length_offset=30)
     free = [[h.tokens.count(A) for h in hyps] for hyps in search(model, src, cfg)]
@@ -484,8 +485,8 @@ def test_slot_limit_places_one_slot_per_source_word(search):
 def test_slot_limit_holds_for_sentences_that_join_a_running_beam_search():
     model = FavoursA(tiny_model(seed=4), boost=3.0)
     vocab = model.cfg.vocab_size
-    constraints = decoding.TreeConstraints(is_slot_V=torch.arange(vocab) == A,
-                               begins_word_V=torch.arange(vocab) >= 10)
+    constraints = TreeConstraints(is_slot_V=torch.arange(vocab) == A,
+                                  begins_word_V=torch.arange(vocab) >= 10)
     cfg = DecodeConfig(beam_size=3, n_best=3, max_length_offset=30)
     first, later = random_batch(7, 2, 6, lengths=[6, 2]), random_batch(8, 2, 6, lengths=[5, 4])
     search, results = decoding.BeamSearch(model, cfg, constraints), {}
@@ -495,7 +496,7 @@ def test_slot_limit_holds_for_sentences_that_join_a_running_beam_search():
     search.add(later, [2, 3])
     while search:
         results.update(search.step())
-    words = torch.cat([constraints.words(first), constraints.words(later)]).tolist()
+    words = torch.cat([constraints.start(first), constraints.start(later)]).tolist()
     assert all(h.tokens.count(A) == words[k] for k, hyps in results.items() for h in hyps)
     alone = decoding.beam_search(model, later, cfg, constraints)
     assert [[h.tokens for h in hyps] for hyps in alone] == \
@@ -538,8 +539,8 @@ def test_balanced_brackets_close_only_what_is_open_and_not_empty(search):
     lengths = [6, 2, 4]
     src = random_batch(7, 3, 6, lengths=lengths)
     vocab = torch.arange(model.cfg.vocab_size)
-    constraints = decoding.TreeConstraints(begins_word_V=vocab >= 10, opens_V=vocab == OPEN,
-                                           closes_V=vocab == CLOSE)
+    constraints = TreeConstraints(begins_word_V=vocab >= 10, opens_V=vocab == OPEN,
+                                  closes_V=vocab == CLOSE)
     cfg = DecodeConfig(beam_size=3, n_best=3, max_length_offset=30)
 
     def violations(nbests):  # an output of n + 30 tokens, EOS the last, met its length limit

@@ -8,11 +8,9 @@ import json
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ..config import DecodeConfig
 from ..data.text import read_text
-from ..data.vocab import WORD_BOUNDARY, Vocabulary
 from ..research.evalb import evalb_params, score_files, summary
 from ..research.trees import SLOTS, TreeError, is_bracket, parsing_pair, restore
 from ..storage.files import atomic_dir, atomic_write_text
@@ -23,9 +21,6 @@ from .options import (
     open_translator,
     section_overrides,
 )
-
-if TYPE_CHECKING:
-    from ..inference.search import TreeConstraints
 
 SPLITS = {"train": "train", "valid": "dev", "test": "test"}  # ours: the Treebank sample's
 SYMBOLS_FILE = "symbols.txt"
@@ -130,8 +125,10 @@ def run_trees(args: argparse.Namespace) -> int:
     overrides = section_overrides(args.overrides, DecodeConfig, "decode") | given(args, "decode")
     translator, _ = open_translator(args, overrides)
     if args.word_slots or args.balanced:
-        translator.constraints = tree_constraints(translator.vocab, slots=args.word_slots,
-                                                  balanced=args.balanced)
+        from ..research.tree_search import tree_constraints  # here: `--help` needs no torch
+
+        translator.logits_processor = tree_constraints(
+            translator.vocab, slots=args.word_slots, balanced=args.balanced)
     sentences = read_text(args.input)
     outputs = translator.translate([" ".join(reversed(s.split())) for s in sentences]
                                    if args.reverse else sentences)
@@ -148,31 +145,6 @@ def run_trees(args: argparse.Namespace) -> int:
           + (f" ({', '.join(f'{k} {n}' for k, n in sorted(repairs.items()))})" if repairs
              else ""), file=sys.stderr)
     return 0
-
-
-def tree_constraints(vocab: Vocabulary, *, slots: bool, balanced: bool) -> TreeConstraints:
-    """The TreeConstraints of a parsing model's vocabulary: a piece that begins a word (the
-    word boundary alone too: SentencePiece writes a rare word as "▁" and its letters) is a word
-    of the source and, unless it opens or closes a constituent ("(NP", ")NP"), a slot of the
-    target, as `restore` reads the output's tokens."""
-    import torch  # here: `--help` needs no torch
-
-    from ..inference.search import TreeConstraints
-
-    if not isinstance(vocab, Vocabulary):
-        raise ValueError("parse trees --word-slots and --balanced need a SentencePiece "
-                         "vocabulary of ours")
-    specials = {vocab.sp.pad_id(), vocab.sp.unk_id(), vocab.sp.bos_id(), vocab.sp.eos_id()}
-    texts = [None if i in specials else vocab.sp.id_to_piece(i) for i in range(len(vocab))]
-    begins = [t is not None and t.startswith(WORD_BOUNDARY) for t in texts]
-    brackets = [b and is_bracket(t[1:]) for b, t in zip(begins, texts, strict=True)]
-    opens = [b and t[1] == "(" for b, t in zip(brackets, texts, strict=True)]
-    closes = [b and t[1] == ")" for b, t in zip(brackets, texts, strict=True)]
-    slot = [b and not k for b, k in zip(begins, brackets, strict=True)]
-    return TreeConstraints(begins_word_V=torch.tensor(begins),
-                           is_slot_V=torch.tensor(slot) if slots else None,
-                           opens_V=torch.tensor(opens) if balanced else None,
-                           closes_V=torch.tensor(closes) if balanced else None)
 
 
 def run_score(args: argparse.Namespace) -> int:

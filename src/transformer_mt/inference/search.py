@@ -106,53 +106,32 @@ def cache_dtype(cfg: DecodeConfig) -> torch.dtype | None:
     return torch.bfloat16 if cfg.kv_bf16 else None
 
 
-@dataclass(frozen=True)
-class TreeConstraints:
-    """Not in the paper, for parsing as translation. Word slots (is_slot_V): target tokens that
-    each stand for one source word (the placeholder XX, or the POS tags), so that an output
-    holds exactly as many of them as its source has words; once every word has its slot no more
-    are allowed, and until then EOS is not. Balanced brackets (opens_V, closes_V): a closing
-    bracket only inside an open constituent and never right after an opening one, EOS only
-    once every constituent is closed, and with word slots no opening bracket once every word
-    has its slot (no empty constituents). The output's length limit still ends an output
-    whatever these say."""
+class LogitsProcessor(Protocol):
+    """A hook of every search, not in the paper: it may forbid next tokens (their
+    log-probabilities set to -inf in place) from what each output holds so far and a state of
+    its sentence computed once from the source (research/trees.py's TreeConstraints: parsing's
+    word slots and balanced brackets). The output's length limit still ends an output whatever
+    it says."""
 
-    begins_word_V: Tensor  # (source vocabulary,) bool: the source tokens that begin a word
-    is_slot_V: Tensor | None = None  # (target vocabulary,) bool: the slot tokens
-    opens_V: Tensor | None = None  # (target vocabulary,) bool: "(NP", ...
-    closes_V: Tensor | None = None  # (target vocabulary,) bool: ")NP", ...
+    def start(self, src_BS: Tensor) -> Tensor:
+        """(B,) each source sentence's state."""
+        ...
 
-    def words(self, src_BS: Tensor) -> Tensor:
-        """(B,) the words of each source sentence."""
-        return self.begins_word_V.to(src_BS.device)[src_BS].sum(dim=1)
-
-    def apply(self, logp_BV: Tensor, tokens_BT: Tensor, words_B: Tensor, eos: int,
+    def apply(self, logp_BV: Tensor, tokens_BT: Tensor, state_B: Tensor, eos: int,
               at_limit_B: Tensor) -> None:
-        inf, device = float("-inf"), logp_BV.device
-        all_placed_B = None
-        if self.is_slot_V is not None:
-            is_slot_V = self.is_slot_V.to(device)
-            all_placed_B = is_slot_V[tokens_BT].sum(dim=1) >= words_B
-            logp_BV.masked_fill_(is_slot_V & all_placed_B[:, None], inf)
-            logp_BV[:, eos].masked_fill_(~all_placed_B & ~at_limit_B, inf)
-        if self.opens_V is not None and self.closes_V is not None:
-            opens_V, closes_V = self.opens_V.to(device), self.closes_V.to(device)
-            depth_B = opens_V[tokens_BT].sum(dim=1) - closes_V[tokens_BT].sum(dim=1)
-            no_close_B = (depth_B <= 0) | opens_V[tokens_BT[:, -1]]
-            logp_BV.masked_fill_(closes_V & no_close_B[:, None], inf)
-            logp_BV[:, eos].masked_fill_((depth_B > 0) & ~at_limit_B, inf)
-            if all_placed_B is not None:  # a constituent opened now would stay empty
-                logp_BV.masked_fill_(opens_V & all_placed_B[:, None], inf)
+        """Forbid tokens in logp_BV (B, V) in place: rows' outputs tokens_BT, their sentences'
+        states, the EOS id, and which rows' next token is the last one allowed."""
+        ...
 
 
 def _next_log_probs(model, tokens_BT: Tensor, memory, cache, max_len_B: Tensor,
                     min_length: int, position_B: Tensor | None = None,
-                    constraints: tuple[TreeConstraints, Tensor] | None = None) -> Tensor:
+                    processor: tuple[LogitsProcessor, Tensor] | None = None) -> Tensor:
     """Log-probabilities (B, V) of the next token; padding never (as fairseq, and Marian's
     bad_words_ids), EOS forced where max_len_B is reached and forbidden while the output is
     shorter than min_length. position_B: the next token is the position-th of each row's
-    output (None: the tokens' length, for every row). constraints: a TreeConstraints and each
-    row's words (B,)."""
+    output (None: the tokens' length, for every row). processor: a LogitsProcessor and each
+    row's state (B,)."""
     logits_BV = model.decode(tokens_BT[:, -1:], memory, cache)[:, -1].float()
     logp_BV = torch.log_softmax(logits_BV, dim=-1)
     eos = model.cfg.eos_id
@@ -167,8 +146,8 @@ def _next_log_probs(model, tokens_BT: Tensor, memory, cache, max_len_B: Tensor,
         eos_lp_B = logp_BV[:, eos].clone()
         logp_BV.masked_fill_(at_limit_B[:, None], float("-inf"))
         logp_BV[:, eos] = torch.where(at_limit_B, eos_lp_B, logp_BV[:, eos])
-    if constraints is not None:
-        constraints[0].apply(logp_BV, tokens_BT, constraints[1], eos, at_limit_B)
+    if processor is not None:
+        processor[0].apply(logp_BV, tokens_BT, processor[1], eos, at_limit_B)
     return logp_BV
 
 
@@ -219,7 +198,7 @@ def argmax_in_blocks(x_AX: Tensor, block: int = 128) -> Tensor:
 
 def _sequential_search(model: DecodingModel, src_BS: Tensor, cfg: DecodeConfig,
                        choose: Callable[[Tensor], Tensor],
-                       constraints: TreeConstraints | None = None) -> list[list[Hypothesis]]:
+                       processor: LogitsProcessor | None = None) -> list[list[Hypothesis]]:
     """One hypothesis per sentence, the next token picked by `choose(logp_AV) -> (A,)` for the
     A sentences still decoding; a sentence leaves the batch (and the caches) at its EOS."""
     mcfg = model.cfg
@@ -228,13 +207,13 @@ def _sequential_search(model: DecodingModel, src_BS: Tensor, cfg: DecodeConfig,
     B, device = src_BS.size(0), src_BS.device
     active_A = torch.arange(B, device=device)  # the sentence in each row
     max_len_A = max_output_lengths(src_BS, mcfg.pad_id, cfg)
-    words_A = constraints.words(src_BS) if constraints else max_len_A  # (unused without)
+    state_A = processor.start(src_BS) if processor else max_len_A  # (unused without)
     tokens_AT = torch.full((B, 1), mcfg.bos_id, dtype=torch.long, device=device)
     log_prob_A = torch.zeros(B, device=device)
     hyps: list[list[Hypothesis]] = [[] for _ in range(B)]
     while len(active_A):
         logp_AV = _next_log_probs(model, tokens_AT, memory, cache, max_len_A, cfg.min_length,
-                                  constraints=(constraints, words_A) if constraints else None)
+                                  processor=(processor, state_A) if processor else None)
         next_A = choose(logp_AV)
         log_prob_A += logp_AV.gather(1, next_A[:, None]).squeeze(1)
         tokens_AT = torch.cat([tokens_AT, next_A[:, None]], dim=1)
@@ -248,21 +227,21 @@ def _sequential_search(model: DecodingModel, src_BS: Tensor, cfg: DecodeConfig,
             keep_A = (~done_A).nonzero().flatten()
             active_A, tokens_AT = active_A[keep_A], tokens_AT[keep_A]
             log_prob_A, max_len_A = log_prob_A[keep_A], max_len_A[keep_A]
-            words_A = words_A[keep_A]
+            state_A = state_A[keep_A]
             cache.keep_sources(keep_A)
     return hyps
 
 
 @torch.inference_mode()
 def greedy_search(model: DecodingModel, src_BS: Tensor, cfg: DecodeConfig,
-                  constraints: TreeConstraints | None = None) -> list[list[Hypothesis]]:
+                  processor: LogitsProcessor | None = None) -> list[list[Hypothesis]]:
     """The most probable next token at each step. Returns one hypothesis per sentence."""
-    return _sequential_search(model, src_BS, cfg, argmax_in_blocks, constraints)
+    return _sequential_search(model, src_BS, cfg, argmax_in_blocks, processor)
 
 
 @torch.inference_mode()
 def sample(model: DecodingModel, src_BS: Tensor, cfg: DecodeConfig,
-           constraints: TreeConstraints | None = None) -> list[list[Hypothesis]]:
+           processor: LogitsProcessor | None = None) -> list[list[Hypothesis]]:
     """Ancestral sampling with temperature, top-k and top-p (nucleus) filtering; seeded by
     cfg.seed. Not in the paper. Scores are the model's own (unfiltered) log-probabilities."""
     generator = torch.Generator(device=src_BS.device).manual_seed(cfg.seed)
@@ -272,7 +251,7 @@ def sample(model: DecodingModel, src_BS: Tensor, cfg: DecodeConfig,
         probs_BV = torch.softmax(filtered_BV, dim=-1)
         return torch.multinomial(probs_BV, 1, generator=generator).squeeze(1)
 
-    return _sequential_search(model, src_BS, cfg, choose, constraints)
+    return _sequential_search(model, src_BS, cfg, choose, processor)
 
 
 def filter_logits(logits_BV: Tensor, *, top_k: int, top_p: float) -> Tensor:
@@ -306,8 +285,8 @@ class BeamSearch:
     cache with `merge` (a Transformer's, an Ensemble's)."""
 
     def __init__(self, model: DecodingModel, cfg: DecodeConfig,
-                 constraints: TreeConstraints | None = None):
-        self.model, self.cfg, self.constraints = model, cfg, constraints
+                 processor: LogitsProcessor | None = None):
+        self.model, self.cfg, self.processor = model, cfg, processor
         self.keys: list[Any] = []  # A: the caller's key of each sentence still searching
         self.finished: list[list[Hypothesis]] = []  # (A,) its finished hypotheses
         self.cache: DecodingCache | None = None
@@ -315,7 +294,7 @@ class BeamSearch:
         # Rows a*n .. a*n+n-1 continue sentence a: n is 1 (its BOS) until the first step has
         # chosen N hypotheses. A sentence's output begins at column first_A[a] of tokens.
         self.tokens_AnT = self.alive_lp_An = self.max_len_A = self.first_A = torch.empty(0)
-        self.words_A = torch.empty(0)  # with constraints: the words of each sentence's source
+        self.state_A = torch.empty(0)  # with a processor: each sentence's state
 
     def __len__(self) -> int:
         """Sentences still searching."""
@@ -326,7 +305,7 @@ class BeamSearch:
         mcfg, B = self.model.cfg, src_BS.size(0)
         memory = self.model.encode(src_BS)
         max_len_B = max_output_lengths(src_BS, mcfg.pad_id, self.cfg)
-        words_B = self.constraints.words(src_BS) if self.constraints else max_len_B  # (unused)
+        state_B = self.processor.start(src_BS) if self.processor else max_len_B  # (unused)
         if not self.keys:  # a new search: one row per sentence until the first step
             self.memory = memory  # decode reads the sources from the cache, merged or not
             self.cache = self.model.new_cache(memory, kv_dtype=cache_dtype(self.cfg))
@@ -334,7 +313,7 @@ class BeamSearch:
                                          device=src_BS.device)
             self.alive_lp_An = torch.zeros(B, 1, device=src_BS.device)
             self.max_len_A, self.first_A = max_len_B, torch.zeros_like(max_len_B)
-            self.words_A = words_B
+            self.state_A = state_B
         else:  # n rows each, all but the first dead (-inf), so the first step starts from one
             n, T = self.alive_lp_An.size(1), self.tokens_AnT.size(1)
             self.cache.merge(self.model.new_cache(memory, n, kv_dtype=cache_dtype(self.cfg)))
@@ -345,7 +324,7 @@ class BeamSearch:
             self.tokens_AnT = torch.cat([self.tokens_AnT, tokens_BnT])
             self.alive_lp_An = torch.cat([self.alive_lp_An, alive_lp_Bn])
             self.max_len_A = torch.cat([self.max_len_A, max_len_B])
-            self.words_A = torch.cat([self.words_A, words_B])
+            self.state_A = torch.cat([self.state_A, state_B])
             self.first_A = torch.cat([self.first_A, max_len_B.new_full((B,), T - 1)])
             self.joined = True
         self.keys += keys
@@ -361,8 +340,8 @@ class BeamSearch:
         logp_AnV = _next_log_probs(self.model, self.tokens_AnT, self.memory, self.cache,
                                    self.max_len_A.repeat_interleave(n), cfg.min_length,
                                    length_A.repeat_interleave(n) if self.joined else None,
-                                   (self.constraints, self.words_A.repeat_interleave(n))
-                                   if self.constraints else None)
+                                   (self.processor, self.state_A.repeat_interleave(n))
+                                   if self.processor else None)
         V = logp_AnV.size(-1)
         if V < 2 * N:
             raise ValueError(f"beam search keeps 2 x beam_size = {2 * N} candidates; the "
@@ -421,7 +400,7 @@ class BeamSearch:
         keep_rows = (keep_A[:, None] * N + torch.arange(N, device=device)).view(-1)
         self.tokens_AnT, self.alive_lp_An = self.tokens_AnT[keep_rows], self.alive_lp_An[keep_A]
         self.max_len_A, self.first_A = self.max_len_A[keep_A], self.first_A[keep_A]
-        self.words_A = self.words_A[keep_A]
+        self.state_A = self.state_A[keep_A]
         self.cache.keep_sources(keep_A)
         self.keys = [self.keys[a] for a in still]
         self.finished = [self.finished[a] for a in still]
@@ -433,9 +412,9 @@ class BeamSearch:
 
 @torch.inference_mode()
 def beam_search(model: DecodingModel, src_BS: Tensor, cfg: DecodeConfig,
-                constraints: TreeConstraints | None = None) -> list[list[Hypothesis]]:
+                processor: LogitsProcessor | None = None) -> list[list[Hypothesis]]:
     """`BeamSearch` of one batch: the n_best finished hypotheses of each sentence, best first."""
-    search = BeamSearch(model, cfg, constraints)
+    search = BeamSearch(model, cfg, processor)
     search.add(src_BS, list(range(src_BS.size(0))))
     results: list[list[Hypothesis]] = [[] for _ in range(src_BS.size(0))]
     while search:
@@ -463,8 +442,8 @@ def _beam_done(finished: list[Hypothesis], N: int, best_possible: float) -> bool
 
 
 def generate(model: DecodingModel, src_BS: Tensor, cfg: DecodeConfig,
-             constraints: TreeConstraints | None = None) -> list[list[Hypothesis]]:
-    """Decode a padded batch of source ids (B, S) with cfg.strategy (and a TreeConstraints)."""
+             processor: LogitsProcessor | None = None) -> list[list[Hypothesis]]:
+    """Decode a padded batch of source ids (B, S) with cfg.strategy (and a LogitsProcessor)."""
     search = {"beam": beam_search, "greedy": greedy_search, "sample": sample}[cfg.strategy]
     with attention_kernels(src_BS.device):
-        return search(model, src_BS, cfg, constraints)
+        return search(model, src_BS, cfg, processor)

@@ -31,7 +31,7 @@ from .attention_maps import recording
 from .ensemble import Ensemble
 from .precision import Bf16Choice, choose_bf16
 from .quantize import quantize_int8
-from .search import BeamSearch, DecodingModel, Hypothesis, TreeConstraints, generate
+from .search import BeamSearch, DecodingModel, Hypothesis, LogitsProcessor, generate
 
 
 class SourceTooLong(ValueError):
@@ -79,7 +79,7 @@ class Translator:
         self.model = model.eval()
         self.device = next(model.parameters()).device
         self._bf16: Bf16Choice | None = None  # decode.bf16 auto's, measured when first asked
-        self.constraints: TreeConstraints | None = None  # parse trees --word-slots
+        self.logits_processor: LogitsProcessor | None = None  # parse trees --word-slots
         if self.decode_cfg.bf16 is True:
             warn_if_bf16_is_slow(self.device, setting="decode.bf16",
                                  instead="decode in float32 (without --bf16), with --bf16 auto "
@@ -161,7 +161,7 @@ class Translator:
                          ) -> list[list[Translation]]:
         """The n-best lists of one batch of similar length."""
         with self._precision(cfg, len(sources)):
-            nbests = generate(self.model, self._padded(sources), cfg, self.constraints)
+            nbests = generate(self.model, self._padded(sources), cfg, self.logits_processor)
         return [[self._detokenize(h) for h in hyps] for hyps in nbests]
 
     def joins(self, cfg: DecodeConfig) -> bool:
