@@ -2,7 +2,8 @@
 # Multi30k end to end on this machine: prepare -> train (wall-time budget) -> finish.sh: average
 # -> select on val -> translate test_2016_flickr -> sacreBLEU + tokenized lowercased BLEU.
 # Usage: benchmarks/multi30k/run.sh SRC TGT MINUTES [OUT_DIR]   e.g. run.sh en de 85
-# CONFIG=path.yaml picks another config (default benchmarks/multi30k/multi30k.yaml).
+# CONFIG=path.yaml (or a preset name) picks another config (default: the packaged preset
+# multi30k; benchmarks/multi30k/*.yaml hold the recipes of earlier recorded runs).
 # TRAIN_ARGS="--train.max_steps=9800 ..." adds overrides to `train`.
 # LC_TOK=1 trains on the literature's lowercased, tokenized multi30k/tok/*.lc.norm.tok files
 # instead of the cased text (finish.sh then scores the tokenized hypotheses as they are).
@@ -18,7 +19,7 @@ SRC=$1; TGT=$2; MINUTES=$3
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 DATA=${TRANSFORMER_MT_DATA:-$REPO/../shared/data}
 OUT=${4:-$REPO/runs/multi30k-$SRC-$TGT}
-CONFIG=${CONFIG:-$REPO/benchmarks/multi30k/multi30k.yaml}
+CONFIG=${CONFIG:-multi30k}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/run.log") 2>&1
 echo "== $(date -u +%FT%TZ) ${DATASET:-multi30k} $SRC->$TGT, $MINUTES min, commit $(git -C "$REPO" rev-parse --short HEAD), config $CONFIG ${TRAIN_ARGS:-}" \
