@@ -81,7 +81,7 @@ def test_training_on_cuda_learns_checkpoints_and_resumes(prepared_corpus, tmp_pa
           data_dir=prepared_corpus, run_dir=run)
     state = train(load_config("tiny", [*OVERRIDES, *options, "train.max_steps=40"]),
                   data_dir=prepared_corpus, run_dir=run)
-    assert state["step"] == 40 and state["nonfinite_steps"] < 5
+    assert state.step == 40 and state.nonfinite_steps < 5
     losses = [r["loss"] for r in read_metrics(run) if r["kind"] == "train"]
     assert [r["step"] for r in read_metrics(run) if r["kind"] == "train"] == list(range(5, 45, 5))
     assert losses[-1] < losses[0] - 0.5

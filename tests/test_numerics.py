@@ -61,7 +61,7 @@ def test_nonfinite_gradient_skips_the_update_and_is_logged(prepared_corpus, tmp_
     run = tmp_path / "run"
     state = train(load_config("tiny", [*OVERRIDES, "train.max_steps=8"]),
                   data_dir=prepared_corpus, run_dir=run)
-    assert state["step"] == 8 and state["nonfinite_steps"] == 2
+    assert state.step == 8 and state.nonfinite_steps == 2
     for bad in (3, 6):  # nothing moved at the poisoned steps, everything at the others
         assert same(weights(run, bad - 1), weights(run, bad))
         assert same(moments(run, bad - 1), moments(run, bad))
@@ -104,8 +104,8 @@ def test_patience_stops_after_validations_without_improvement(prepared_corpus, t
     overrides = [*OVERRIDES, "train.valid_every=2", "train.patience=2", "train.max_steps=100"]
     state = train(load_config("tiny", overrides), data_dir=prepared_corpus,
                   run_dir=tmp_path / "run")
-    assert (state["step"], state["best_step"], state["bad_validations"]) == (8, 4, 2)
-    assert state["best_score"] == -2.5
+    assert (state.step, state.best_step, state.bad_validations) == (8, 4, 2)
+    assert state.best_score == -2.5
 
 
 def test_patience_can_start_the_cooldown_that_ends_the_run(prepared_corpus, tmp_path,
@@ -130,7 +130,7 @@ def test_patience_can_start_the_cooldown_that_ends_the_run(prepared_corpus, tmp_
     validations(3.0, 2.5, 2.6, 2.7, 2.8, 2.9, 3.0, 3.1)
     cfg = config(100)
     state = train(cfg, data_dir=prepared_corpus, run_dir=tmp_path / "run")
-    assert (state["step"], state["best_step"], state["cooldown"]) == (16, 4, [9, 16])
+    assert (state.step, state.best_step, state.cooldown) == (16, 4, [9, 16])
     assert [int(p.name.split("_")[1]) for p in checkpoint_dirs(tmp_path / "run")] == \
         [3, 6, 12, 16]
     rates = {row["step"]: row["lr"] for row in read_metrics(tmp_path / "run")
@@ -145,7 +145,7 @@ def test_patience_can_start_the_cooldown_that_ends_the_run(prepared_corpus, tmp_
     train(config(10), data_dir=prepared_corpus, run_dir=tmp_path / "again")
     validations(2.9, 3.0, 3.1)
     resumed = train(cfg, data_dir=prepared_corpus, run_dir=tmp_path / "again")
-    assert (resumed["step"], resumed["cooldown"]) == (16, [9, 16])
+    assert (resumed.step, resumed.cooldown) == (16, [9, 16])
     last = [checkpoint_dirs(run)[-1] / names.WEIGHTS_FILE for run in (tmp_path / "run",
                                                                    tmp_path / "again")]
     assert last[0].read_bytes() == last[1].read_bytes()

@@ -21,6 +21,7 @@ from transformer_mt.training.checkpoint import load_checkpoint, save_checkpoint
 from transformer_mt.training.loop import train
 from transformer_mt.training.resume import STATE_KEYS, ResumeError, resume
 from transformer_mt.training.schedule import learning_rate, plan_cooldown
+from transformer_mt.training.state import TrainingState
 
 OVERRIDES = ["train.max_tokens=800", "train.warmup_steps=20", "train.log_every=1",
              "train.valid_every=1000000", "train.valid_bleu=false", "train.save_every=5",
@@ -97,7 +98,8 @@ def test_a_state_without_any_key_is_refused_naming_it(short_run, tmp_path, key):
     assert manifest_problem(path) is None
     model, optimizer = fresh_model_and_optimizer(path)
     scaler = torch.amp.GradScaler("cpu", enabled=False)
-    fresh = {"fingerprint": json.loads((path / names.STATE_FILE).read_text()).get("fingerprint")}
+    fresh = TrainingState(
+        fingerprint=json.loads((path / names.STATE_FILE).read_text()).get("fingerprint") or {})
     with pytest.raises((ResumeError, ModelLoadError), match=f"'?{key}'?"):
         resume(path, model, optimizer, scaler, fresh, ignore_mismatch=True)
 
@@ -216,8 +218,8 @@ def test_max_epochs_stops_at_the_epoch_boundary(prepared_corpus, tmp_path, monke
     data = ParallelData(prepared_corpus, "train")
     per_epoch = [len(token_batches(data.src_lengths, data.tgt_lengths, max_tokens=800, seed=1,
                                    epoch=epoch)) for epoch in range(2)]
-    assert len(recorder.batches) == state["step"] == sum(per_epoch)
-    assert (state["epoch"], state["batch_in_epoch"]) == (2, 0)
+    assert len(recorder.batches) == state.step == sum(per_epoch)
+    assert (state.epoch, state.batch_in_epoch) == (2, 0)
 
 
 class FakeClock:
@@ -246,12 +248,13 @@ def test_a_timed_cooldown_ends_the_run_on_its_last_step_and_resumes_exactly(
     monkeypatch.setattr("transformer_mt.training.loop.time", FakeClock(0.25))
     cfg = config(100_000, *timed)
     state = train(cfg, data_dir=prepared_corpus, run_dir=tmp_path / "run")
-    first, last = state["cooldown"]
-    planned_at, seconds_then = state["cooldown_since"]
-    assert 1 < planned_at < last == state["step"] and state["train_seconds"] <= 60
+    first, last = state.cooldown
+    planned_at, seconds_then = state.cooldown_since
+    assert 1 < planned_at < last == state.step and state.train_seconds <= 60
     # the first plan kept 3 % of the time left in reserve at the pace so far; the re-plans
     # spent most of it (each step here reads the fake clock as often as any other)
-    first_plan = plan_cooldown(cfg.train, {"step": planned_at, "train_seconds": seconds_then})
+    first_plan = plan_cooldown(cfg.train,
+                               TrainingState(step=planned_at, train_seconds=seconds_then))
     assert first_plan[0] == planned_at + 1 and first_plan[1] < last
     logged = {row["step"]: row["lr"] for row in map(json.loads,
               (tmp_path / "run" / "metrics.jsonl").read_text().splitlines())
@@ -274,14 +277,14 @@ def test_a_timed_cooldown_ends_the_run_on_its_last_step_and_resumes_exactly(
     monkeypatch.setattr("transformer_mt.training.loop.time", FakeClock(0.25))
     stopped = train(config(replanned_at + 1, *timed), data_dir=prepared_corpus,
                     run_dir=tmp_path / "again")
-    assert stopped["step"] == replanned_at + 1
+    assert stopped.step == replanned_at + 1
     assert any("cooldown (to step" in r.getMessage() and "train.max_steps, " in r.getMessage()
                for r in caplog.records if r.levelname == "WARNING")  # not "ran slower"
-    assert stopped["cooldown"] == [first, last]
-    assert stopped["cooldown_since"] == [planned_at, seconds_then]
+    assert stopped.cooldown == [first, last]
+    assert stopped.cooldown_since == [planned_at, seconds_then]
     monkeypatch.setattr("transformer_mt.training.loop.time", FakeClock(0.25))
     resumed = train(cfg, data_dir=prepared_corpus, run_dir=tmp_path / "again")
-    assert resumed["step"] == last
+    assert resumed.step == last
     assert weights_sha256(tmp_path / "again") == weights_sha256(tmp_path / "run")
 
 
@@ -299,7 +302,7 @@ def test_the_last_step_is_validated_before_its_checkpoint_even_on_a_save_step(
     assert validated_steps() == [4, 8, 10]
     saved = json.loads((checkpoint_dirs(tmp_path / "run")[-1] / names.STATE_FILE).read_text())
     assert saved["step"] == 10
-    assert (saved["best_step"], saved["best_score"]) == (state["best_step"], state["best_score"])
+    assert (saved["best_step"], saved["best_score"]) == (state.best_step, state.best_score)
     train(cfg, data_dir=prepared_corpus, run_dir=tmp_path / "run")
     assert validated_steps() == [4, 8, 10]
 
@@ -312,7 +315,7 @@ def test_a_max_epochs_stop_on_a_save_step_writes_its_checkpoint_once(
     import transformer_mt.training.loop as train_module
 
     epoch = train(config(0, "train.max_epochs=1"), data_dir=prepared_corpus,
-                  run_dir=tmp_path / "probe")["step"]
+                  run_dir=tmp_path / "probe").step
     saved_steps = []
 
     def counting_save(**kwargs):
@@ -322,13 +325,13 @@ def test_a_max_epochs_stop_on_a_save_step_writes_its_checkpoint_once(
     monkeypatch.setattr(train_module, "save_checkpoint", counting_save)
     cfg = config(0, "train.max_epochs=1", f"train.save_every={epoch}")
     state = train(cfg, data_dir=prepared_corpus, run_dir=tmp_path / "run")
-    assert state["step"] == epoch and saved_steps == [epoch]
+    assert state.step == epoch and saved_steps == [epoch]
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text()
             .splitlines()]
     assert [row["step"] for row in rows if row["kind"] == "valid"] == [epoch]
     saved = json.loads((checkpoint_dirs(tmp_path / "run")[-1] / names.STATE_FILE).read_text())
     assert saved["best_step"] == epoch
-    assert train(cfg, data_dir=prepared_corpus, run_dir=tmp_path / "run")["step"] == epoch
+    assert train(cfg, data_dir=prepared_corpus, run_dir=tmp_path / "run").step == epoch
     assert saved_steps == [epoch]
 
 
@@ -337,12 +340,12 @@ def test_a_run_stopped_before_its_cooldown_ends_says_so(prepared_corpus, tmp_pat
     # on max_minutes) never reaches its end, and the log says how to finish it
     state = train(config(1000, "train.max_epochs=1", "train.lr_cooldown_steps=100"),
                   data_dir=prepared_corpus, run_dir=tmp_path / "run")
-    assert state["step"] < 1000
+    assert state.step < 1000
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
-    assert any(f"stopped at step {state['step']} of train.max_steps=1000" in w
+    assert any(f"stopped at step {state.step} of train.max_steps=1000" in w
                and "cooldown" in w for w in warnings), warnings
     caplog.clear()
-    train(config(state["step"], f"train.lr_cooldown_steps={min(10, state['step'])}"),
+    train(config(state.step, f"train.lr_cooldown_steps={min(10, state.step)}"),
           data_dir=prepared_corpus,
           run_dir=tmp_path / "finished")
     assert not any("cooldown" in r.getMessage() for r in caplog.records)

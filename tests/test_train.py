@@ -1,6 +1,7 @@
 import json
 import logging
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -20,6 +21,7 @@ from transformer_mt.training.schedule import (
     plan_cooldown,
     replan_cooldown,
 )
+from transformer_mt.training.state import TrainingState
 from transformer_mt.training.step import make_optimizer
 
 
@@ -35,9 +37,9 @@ def test_noam_schedule_values():
 
 def test_cooldown_falls_linearly_to_the_last_step_and_is_off_by_default():
     tcfg = TrainConfig(max_steps=1000, warmup_steps=100, lr_scale=2.0, lr_cooldown_steps=200)
-    cooldown = cooldown_steps(tcfg, {})
+    cooldown = cooldown_steps(tcfg, TrainingState())
     assert cooldown == (801, 1000)
-    assert cooldown_steps(TrainConfig(max_steps=1000), {}) is None
+    assert cooldown_steps(TrainConfig(max_steps=1000), TrainingState()) is None
     def noam(s):
         return noam_lr(s, d_model=128, warmup_steps=100, scale=2.0)
     for step in (1, 100, 500, 800):  # eq. (3) untouched before the cooldown
@@ -58,16 +60,16 @@ def test_cooldown_saves_spread_evenly_over_the_cooldown():
     # the last 200 of 1,000 steps cool down; 4 saves: after each quarter of them, whatever
     # save_every says, which keeps its cadence before the cooldown (None: not for this rule)
     tcfg = TrainConfig(max_steps=1000, lr_cooldown_steps=200, cooldown_saves=4, save_every=30)
-    assert [s for s in range(1, 1001) if cooldown_save_due(tcfg, {"step": s})] == \
+    assert [s for s in range(1, 1001) if cooldown_save_due(tcfg, TrainingState(step=s))] == \
         [850, 900, 950, 1000]
-    assert all(cooldown_save_due(tcfg, {"step": s}) is None for s in (1, 600, 800))
+    assert all(cooldown_save_due(tcfg, TrainingState(step=s)) is None for s in (1, 600, 800))
     # a timed cooldown re-planned mid-way (its line's first step is fractional): the saves
     # follow the plan of the moment, the last on its last step
-    replanned = {"cooldown": [700.5, 1300]}
-    saves = [s for s in range(701, 1301) if cooldown_save_due(tcfg, replanned | {"step": s})]
+    saves = [s for s in range(701, 1301)
+             if cooldown_save_due(tcfg, TrainingState(step=s, cooldown=[700.5, 1300]))]
     assert saves == [850, 1000, 1150, 1300]
     assert cooldown_save_due(TrainConfig(max_steps=1000, lr_cooldown_steps=200),
-                             {"step": 900}) is None
+                             TrainingState(step=900)) is None
     with pytest.raises(ValueError, match="cooldown_saves"):
         TrainConfig(cooldown_saves=6, keep_last=5)
 
@@ -76,12 +78,12 @@ def test_patience_cooldown_is_its_share_of_the_run_from_where_patience_ran_out()
     tcfg = TrainConfig(max_steps=100_000, patience=3, patience_cooldown=True,
                        lr_cooldown_share=0.2)
     # a cooldown of 20 % of the run: a quarter of the 4,000 steps before it
-    assert patience_cooldown(tcfg, {"step": 4000}) == [4001, 5000]
+    assert patience_cooldown(tcfg, TrainingState(step=4000)) == [4001, 5000]
     # it replaces the step budget's own cooldown (the last 20,000 steps) until that begins
-    assert cooldown_steps(tcfg, {}) == (80001, 100_000)
-    assert cooldown_steps(tcfg, {"cooldown": [4001, 5000]}) == (4001, 5000)
-    assert patience_cooldown(tcfg, {"step": 80_000}) is None
-    assert patience_cooldown(tcfg, {"step": 4500, "cooldown": [4001, 5000]}) is None
+    assert cooldown_steps(tcfg, TrainingState()) == (80001, 100_000)
+    assert cooldown_steps(tcfg, TrainingState(cooldown=[4001, 5000])) == (4001, 5000)
+    assert patience_cooldown(tcfg, TrainingState(step=80_000)) is None
+    assert patience_cooldown(tcfg, TrainingState(step=4500, cooldown=[4001, 5000])) is None
     with pytest.raises(ValueError, match="patience_cooldown"):
         TrainConfig(patience=3, patience_cooldown=True)
     with pytest.raises(ValueError, match="patience_cooldown"):
@@ -91,7 +93,7 @@ def test_patience_cooldown_is_its_share_of_the_run_from_where_patience_ran_out()
 def test_timed_cooldown_is_planned_from_the_pace_when_its_minutes_are_left():
     tcfg = TrainConfig(max_minutes=90.0, lr_cooldown_minutes=20.0)
     def state(step, minutes, cooldown=None):
-        return {"step": step, "train_seconds": 60.0 * minutes, "cooldown": cooldown}
+        return TrainingState(step=step, train_seconds=60.0 * minutes, cooldown=cooldown)
     assert plan_cooldown(tcfg, state(6000, 69.9)) is None  # 20.1 minutes left
     # 0.7 s a step so far; 20 minutes left, 97 % of them: 1,662 steps (1662.9 rounded down)
     assert plan_cooldown(tcfg, state(6000, 70.0)) == [6001, 6000 + 1662]
@@ -99,7 +101,7 @@ def test_timed_cooldown_is_planned_from_the_pace_when_its_minutes_are_left():
     assert plan_cooldown(tcfg, state(6000, 90.0)) == [6001, 6001]  # at least one step
     assert plan_cooldown(tcfg, state(6100, 71.0, cooldown=[6001, 7662])) is None  # once
     assert cooldown_steps(tcfg, state(6100, 71.0, cooldown=[6001, 7662])) == (6001, 7662)
-    assert cooldown_steps(tcfg, {"step": 10}) is None  # a checkpoint older than the option
+    assert cooldown_steps(tcfg, TrainingState(step=10)) is None  # none planned
     assert plan_cooldown(TrainConfig(max_minutes=90.0), state(6000, 89.0)) is None
     for bad in ({"lr_cooldown_minutes": 90.0}, {"lr_cooldown_minutes": -1.0},
                 {"lr_cooldown_minutes": 5.0, "max_minutes": 0.0},
@@ -117,12 +119,13 @@ def test_a_cooldown_share_scales_with_the_budget():
     share = TrainConfig(max_minutes=90.0, lr_cooldown_share=0.2)
     minutes = TrainConfig(max_minutes=90.0, lr_cooldown_minutes=18.0)
     for step, done in ((6000, 71.9), (6000, 72.0), (6000, 80.0)):
-        state = {"step": step, "train_seconds": 60.0 * done}
+        state = TrainingState(step=step, train_seconds=60.0 * done)
         assert plan_cooldown(share, state) == plan_cooldown(minutes, state)
-    assert plan_cooldown(share, {"step": 6000, "train_seconds": 60.0 * 72.0}) is not None
+    assert plan_cooldown(share, TrainingState(step=6000, train_seconds=60.0 * 72.0)) is not None
     # on a step budget alone (--train.max_minutes=0 --train.max_steps=N), of the steps
     steps = TrainConfig(max_steps=20_000, lr_cooldown_share=0.2)
-    assert steps.cooldown_steps == 4000 and cooldown_steps(steps, {}) == (16_001, 20_000)
+    assert steps.cooldown_steps == 4000
+    assert cooldown_steps(steps, TrainingState()) == (16_001, 20_000)
     assert share.cooldown_steps == 0 and minutes.cooldown_steps == 0
     for bad in ({"lr_cooldown_share": 1.0}, {"lr_cooldown_share": -0.1},
                 {"lr_cooldown_share": 0.2, "max_minutes": 0.0, "max_steps": 0, "max_epochs": 3},
@@ -181,30 +184,30 @@ def test_average_names_the_steps_when_they_span_much_of_the_run(trained_model, t
 def test_a_timed_cooldown_is_replanned_from_the_pace_since_it_began():
     tcfg = TrainConfig(max_minutes=90.0, lr_cooldown_minutes=20.0)
     # planned at step 6000 after 70 minutes (0.7 s a step): steps 6001-7662
-    state = {"step": 6500, "cooldown": [6001, 7662], "cooldown_since": [6000, 4200.0]}
+    state = TrainingState(step=6500, cooldown=[6001, 7662], cooldown_since=[6000, 4200.0])
     # the machine got faster: 500 steps in 4 minutes (0.48 s) leave 16 minutes, 97 % of them
     # 1,940 steps (1940.0 rounded down): the cooldown ends at 8,440 instead of 7,662
-    first, last = replan_cooldown(tcfg, state | {"train_seconds": 4440.0})
+    first, last = replan_cooldown(tcfg, replace(state, train_seconds=4440.0))
     assert last == 6500 + 1940
     # the rate falls on from its value at step 6501 (1162 / 1662 of eq. (3)) to the new end
     rate = 1162 / 1662
     assert (last - 6501 + 1) / (last - first + 1) == pytest.approx(rate)
     assert 1 / (last - first + 1) == pytest.approx(rate / 1940)  # at the last step
     # slower (0.9 s a step): it ends sooner, at a step the time left still fits
-    first, last = replan_cooldown(tcfg, state | {"train_seconds": 4650.0})
+    first, last = replan_cooldown(tcfg, replace(state, train_seconds=4650.0))
     assert last == 6500 + int(0.97 * 750 / 0.9)
     assert (last - 6500) / (last - first + 1) == pytest.approx(rate)
     # nothing to re-plan: not planned, planned by an older version, over, at its first step,
     # or a cooldown by steps
     for other in ({"cooldown": None}, {"cooldown_since": None}, {"step": 7662},
                   {"step": 6000}):
-        assert replan_cooldown(tcfg, state | {"train_seconds": 4440.0} | other) is None
+        assert replan_cooldown(tcfg, replace(state, train_seconds=4440.0, **other)) is None
     # nor before a fifth of the cooldown's 20 minutes has passed: 20 steps that took a
     # validation's 6 s more than the others do not tell the pace
-    assert replan_cooldown(tcfg, state | {"step": 6020, "train_seconds": 4220.0}) is None
-    assert replan_cooldown(tcfg, state | {"train_seconds": 4200.0 + 239}) is None
+    assert replan_cooldown(tcfg, replace(state, step=6020, train_seconds=4220.0)) is None
+    assert replan_cooldown(tcfg, replace(state, train_seconds=4200.0 + 239)) is None
     by_steps = TrainConfig(max_steps=8000, lr_cooldown_steps=1000)
-    assert replan_cooldown(by_steps, state | {"train_seconds": 4440.0}) is None
+    assert replan_cooldown(by_steps, replace(state, train_seconds=4440.0)) is None
 
 
 @settings(max_examples=40, deadline=None)

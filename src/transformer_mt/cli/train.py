@@ -72,6 +72,6 @@ def run(args: argparse.Namespace) -> int:
     except TrainingDiverged as err:
         print(f"transformer-mt train: stopped: {err}", file=sys.stderr)
         return 3
-    print(f"trained to step {state['step']} (epoch {state['epoch']}, "
-          f"{state['train_seconds'] / 60:.1f} min); checkpoints in {args.run_dir}/checkpoints")
+    print(f"trained to step {state.step} (epoch {state.epoch}, "
+          f"{state.train_seconds / 60:.1f} min); checkpoints in {args.run_dir}/checkpoints")
     return 0

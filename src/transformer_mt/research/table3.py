@@ -117,9 +117,9 @@ def run_row(row: Row, cfg: Config, data_dir: Path, out_dir: Path, seed: int) -> 
     start = time.monotonic()
     state = train(cfg, data_dir=data_dir, run_dir=run_dir)
     final = [r for r in read_metrics(run_dir) if r["kind"] == "valid"
-             and r["step"] == state["step"]][-1]
+             and r["step"] == state.step][-1]
     vocab_size = len(load_vocab(data_dir))
-    result = {"row": row.name, "group": row.group, "seed": seed, "steps": state["step"],
+    result = {"row": row.name, "group": row.group, "seed": seed, "steps": state.step,
               "dev_ppl": final["ppl"], "dev_bleu": final["bleu"],
               "parameters": model_stats(dataclasses.replace(cfg.model,
                                                             vocab_size=vocab_size)).parameters,

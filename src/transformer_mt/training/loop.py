@@ -46,6 +46,7 @@ from .schedule import (
     plan_cooldown,
     replan_cooldown,
 )
+from .state import TrainingState
 from .step import apply_update, compiled, first_nonfinite_gradient, forward_backward, make_optimizer
 from .validation import validate, validation_bleu
 
@@ -57,7 +58,7 @@ class TrainingDiverged(RuntimeError):
 
 
 def train(cfg: Config, *, data_dir: Path, run_dir: Path, ignore_mismatch: bool = False,
-          init_from: Path | None = None) -> dict:
+          init_from: Path | None = None) -> TrainingState:
     """Train on a prepared data directory into run_dir; resume exactly if run_dir has
     checkpoints (refusing, unless ignore_mismatch, if config, vocabulary or data differ from the
     checkpoint's). `init_from`: a model directory whose weights a new run starts from (cfg.model
@@ -79,7 +80,7 @@ def train(cfg: Config, *, data_dir: Path, run_dir: Path, ignore_mismatch: bool =
         shutdown(world, clean=clean)
 
 
-def run_loop(run: Run) -> dict:
+def run_loop(run: Run) -> TrainingState:
     """Updates until a budget, the clock or patience stops the run; validate and save on
     their cadence and at the end. Returns the final state."""
     tcfg, state, world = run.tcfg, run.state, run.world
@@ -89,49 +90,49 @@ def run_loop(run: Run) -> dict:
     stop = budget.spent(state) or clock.check(state).stop
     while not stop:
         data, batches = run.epoch(state)
-        while state["batch_in_epoch"] < len(batches) and not stop:
-            first = state["batch_in_epoch"]
+        while state.batch_in_epoch < len(batches) and not stop:
+            first = state.batch_in_epoch
             group = batches[first : first + tcfg.accumulate * world.size]
-            lr = learning_rate(state["step"] + 1, tcfg, run.cfg.model.d_model,
+            lr = learning_rate(state.step + 1, tcfg, run.cfg.model.d_model,
                                cooldown_steps(tcfg, state))
             n_target, loss, nll, applied, culprit = run.update(data, group, lr)
-            state["step"] += 1
-            state["batch_in_epoch"] = first + len(group)
-            state["tokens"] += n_target
+            state.step += 1
+            state.batch_in_epoch = first + len(group)
+            state.tokens += n_target
             window.add(n_target, loss, nll, applied)
             if applied:
-                state["nonfinite_in_a_row"] = 0
+                state.nonfinite_in_a_row = 0
             else:
                 run.record_nonfinite(loss, culprit)
-            if state["step"] % tcfg.log_every == 0:
+            if state.step % tcfg.log_every == 0:
                 run.log_train(window.flush(lr, state))
-            state["train_seconds"] = clock.seconds()
-            if state["nonfinite_in_a_row"] >= tcfg.max_nonfinite:
+            state.train_seconds = clock.seconds()
+            if state.nonfinite_in_a_row >= tcfg.max_nonfinite:
                 run.diverged(culprit)
-            if state["step"] % tcfg.valid_every == 0:
+            if state.step % tcfg.valid_every == 0:
                 run.validate()
             due = clock.check(state)
             cooldown.update(state, due, log_it=world.is_main)
             stop = due.stop or budget.spent(
-                state, epoch_finished=state["batch_in_epoch"] >= len(batches))
-            if stop and run.validated_step != state["step"]:
+                state, epoch_finished=state.batch_in_epoch >= len(batches))
+            if stop and run.validated_step != state.step:
                 run.validate()  # the last step's scores, in its checkpoint's state
             in_cooldown = cooldown_save_due(tcfg, state)
-            if stop or (state["step"] % tcfg.save_every == 0 or due.save
+            if stop or (state.step % tcfg.save_every == 0 or due.save
                         if in_cooldown is None else in_cooldown):
                 run.save()
                 clock.saved()
-        if state["batch_in_epoch"] >= len(batches):
-            state["epoch"] += 1
-            state["batch_in_epoch"] = 0
+        if state.batch_in_epoch >= len(batches):
+            state.epoch += 1
+            state.batch_in_epoch = 0
             stop = stop or budget.spent(state)  # a resumed run whose last epoch had ended
     run.progress.close()
     if budget.out_of_patience(state) and not tcfg.patience_cooldown:
         log.info("stopping: no better validation score for %d validations (best at step %s)",
-                 tcfg.patience, state["best_step"])
+                 tcfg.patience, state.best_step)
     cooldown.warn_if_unfinished(state)
-    state["train_seconds"] = clock.seconds()
-    if run.saved_step != state["step"]:  # a run that stopped before its first step
+    state.train_seconds = clock.seconds()
+    if run.saved_step != state.step:  # a run that stopped before its first step
         run.save()
     run.finish()
     return state
@@ -143,16 +144,16 @@ class Budget:
 
     tcfg: TrainConfig
 
-    def out_of_patience(self, state: dict) -> bool:
-        return self.tcfg.patience > 0 and state["bad_validations"] >= self.tcfg.patience
+    def out_of_patience(self, state: TrainingState) -> bool:
+        return self.tcfg.patience > 0 and state.bad_validations >= self.tcfg.patience
 
-    def spent(self, state: dict, *, epoch_finished: bool = False) -> bool:
+    def spent(self, state: TrainingState, *, epoch_finished: bool = False) -> bool:
         """Step, epoch or cooldown budget spent; `epoch_finished`: the step just taken was the
         epoch's last (its counter moves on after the step is saved)."""
         tcfg, cooldown = self.tcfg, cooldown_steps(self.tcfg, state)
-        return (tcfg.max_steps > 0 and state["step"] >= tcfg.max_steps) or \
-            (tcfg.max_epochs > 0 and state["epoch"] + epoch_finished >= tcfg.max_epochs) or \
-            (cooldown is not None and state["step"] >= cooldown[1])
+        return (tcfg.max_steps > 0 and state.step >= tcfg.max_steps) or \
+            (tcfg.max_epochs > 0 and state.epoch + epoch_finished >= tcfg.max_epochs) or \
+            (cooldown is not None and state.step >= cooldown[1])
 
 
 @dataclass(frozen=True)
@@ -166,11 +167,11 @@ class Due:
 class Clock:
     """Train seconds across resumes, and the clock's decisions, agreed by all ranks."""
 
-    def __init__(self, tcfg: TrainConfig, state: dict, world: World, device: torch.device, *,
-                 budget: Budget):
+    def __init__(self, tcfg: TrainConfig, state: TrainingState, world: World,
+                 device: torch.device, *, budget: Budget):
         self.tcfg, self.world, self.device, self.budget = tcfg, world, device, budget
         self.started = self.last_save = time.monotonic()
-        self.seconds_before = state["train_seconds"]
+        self.seconds_before = state.train_seconds
 
     def seconds(self) -> float:
         return self.seconds_before + time.monotonic() - self.started
@@ -178,7 +179,7 @@ class Clock:
     def saved(self) -> None:
         self.last_save = time.monotonic()
 
-    def check(self, state: dict) -> Due:
+    def check(self, state: TrainingState) -> Due:
         now = time.monotonic()
         seconds = self.seconds_before + now - self.started
         tcfg = self.tcfg
@@ -200,32 +201,32 @@ class Cooldown:
 
     tcfg: TrainConfig
 
-    def update(self, state: dict, due: Due, *, log_it: bool) -> None:
-        tcfg, now = self.tcfg, state | {"train_seconds": due.seconds}
+    def update(self, state: TrainingState, due: Due, *, log_it: bool) -> None:
+        tcfg, now = self.tcfg, dataclasses.replace(state, train_seconds=due.seconds)
         if due.out_of_patience and tcfg.patience_cooldown and \
                 (planned := patience_cooldown(tcfg, state)):
-            state["cooldown"] = planned
+            state.cooldown = planned
             if log_it:
                 log.info("no better validation score for %d validations (best at step %s): "
                          "the learning rate falls linearly over steps %d-%d, the last of this "
-                         "run", tcfg.patience, state["best_step"], *planned)
+                         "run", tcfg.patience, state.best_step, *planned)
         elif planned := plan_cooldown(tcfg, now):
-            state["cooldown"], state["cooldown_since"] = planned, [state["step"], due.seconds]
+            state.cooldown, state.cooldown_since = planned, [state.step, due.seconds]
             if log_it:
                 log.info("%.1f minutes left of train.max_minutes: the learning rate falls "
                          "linearly over steps %d-%d, the last of this run",
                          tcfg.max_minutes - due.seconds / 60, *planned)
-        elif state["step"] % tcfg.save_every == 0 and (replanned := replan_cooldown(tcfg, now)):
-            if log_it and replanned[1] != state["cooldown"][1]:
+        elif state.step % tcfg.save_every == 0 and (replanned := replan_cooldown(tcfg, now)):
+            if log_it and replanned[1] != state.cooldown[1]:
                 log.info("%.1f minutes left of train.max_minutes: at the pace since the "
                          "cooldown began, it ends at step %d (planned: %d)",
                          tcfg.max_minutes - due.seconds / 60, replanned[1],
-                         state["cooldown"][1])
-            state["cooldown"] = replanned
+                         state.cooldown[1])
+            state.cooldown = replanned
 
-    def warn_if_unfinished(self, state: dict) -> None:
+    def warn_if_unfinished(self, state: TrainingState) -> None:
         tcfg, cooldown = self.tcfg, cooldown_steps(self.tcfg, state)
-        if cooldown is None or state["step"] >= cooldown[1]:
+        if cooldown is None or state.step >= cooldown[1]:
             return
         if tcfg.cooldown_steps:
             budget = f"train.max_steps={tcfg.max_steps}"
@@ -235,11 +236,11 @@ class Cooldown:
             budget = f"train.max_minutes={tcfg.max_minutes:g}"
             advice = "the steps ran slower than planned; run train again on this run " \
                 "directory with a larger train.max_minutes to finish it" \
-                if state["train_seconds"] >= 60 * tcfg.max_minutes else \
+                if state.train_seconds >= 60 * tcfg.max_minutes else \
                 "train.max_steps, train.max_epochs or train.patience stopped it first; run " \
                 "train again on this run directory with a larger one to finish it"
         log.warning("stopped at step %d of %s: the learning rate's cooldown (to step %d) has "
-                    "not finished; %s", state["step"], budget, cooldown[1], advice)
+                    "not finished; %s", state.step, budget, cooldown[1], advice)
 
 
 @dataclass
@@ -260,12 +261,12 @@ class LossWindow:
             self.loss += loss
             self.nll += nll
 
-    def flush(self, lr: float, state: dict) -> dict:
+    def flush(self, lr: float, state: TrainingState) -> dict:
         now = time.monotonic()
         n = max(self.loss_tokens, 1)
         values = {"loss": self.loss / n, "nll": self.nll / n, "lr": lr,
                   "tokens_per_s": self.tokens / (now - self.start),
-                  "epoch": state["epoch"], "nonfinite_steps": state["nonfinite_steps"]}
+                  "epoch": state.epoch, "nonfinite_steps": state.nonfinite_steps}
         self.start, self.tokens, self.loss_tokens, self.loss, self.nll = now, 0, 0, 0.0, 0.0
         return values
 
@@ -289,14 +290,14 @@ class Run:
     buckets: ShapeBuckets | None  # train.shape_buckets' shapes of the training batches
     optimizer: torch.optim.Adam
     scaler: torch.amp.GradScaler
-    state: dict
+    state: TrainingState
     metrics: MetricsLog
     progress: Progress
     saved_step: int | None  # the step on disk
     validated_step: int = field(init=False)
 
     def __post_init__(self):
-        self.validated_step = self.state["step"]  # the step it starts from is not validated
+        self.validated_step = self.state.step  # the step it starts from is not validated
 
     @classmethod
     def start(cls, cfg: Config, *, data_dir: Path, run_dir: Path, ignore_mismatch: bool,
@@ -358,11 +359,11 @@ class Run:
             net = compiled(net, shapes=len(buckets.lengths) if buckets else 0,
                            cuda_graphs=cuda_graphs)
         model.train()
-        resumed = state["step"] if latest is not None else None
+        resumed = state.step if latest is not None else None
         metrics = MetricsLog(run_dir, resume_step=resumed, enabled=world.is_main)
         if world.is_main and device.type == "cpu":
-            record_machine(metrics, state["step"], bf16=tcfg.bf16)
-        progress = Progress(start=state["step"], total=tcfg.max_steps, enabled=world.is_main)
+            record_machine(metrics, state.step, bf16=tcfg.bf16)
+        progress = Progress(start=state.step, total=tcfg.max_steps, enabled=world.is_main)
         return cls(cfg=cfg, tcfg=tcfg, world=world, device=device, run_dir=run_dir,
                    data_dir=data_dir, config=config, vocab=vocab, train_data=train_data,
                    valid_data=valid_data, model=model, net=net, buckets=buckets,
@@ -370,16 +371,16 @@ class Run:
                    scaler=scaler, state=state, metrics=metrics, progress=progress,
                    saved_step=resumed)
 
-    def epoch(self, state: dict) -> tuple[ParallelData, list[np.ndarray]]:
+    def epoch(self, state: TrainingState) -> tuple[ParallelData, list[np.ndarray]]:
         """This epoch's data (segmented anew with BPE-dropout, from (seed, epoch)) and
         batches."""
         data = self.train_data
         if self.tcfg.bpe_dropout:
-            seed = np.random.default_rng([state["shuffle_seed"], state["epoch"]]).integers(2**31)
+            seed = np.random.default_rng([state.shuffle_seed, state.epoch]).integers(2**31)
             data = data.resegmented(self.vocab, dropout=self.tcfg.bpe_dropout, seed=int(seed))
         return data, token_batches(data.src_lengths, data.tgt_lengths,
                                    max_tokens=self.tcfg.max_tokens,
-                                   seed=state["shuffle_seed"], epoch=state["epoch"],
+                                   seed=state.shuffle_seed, epoch=state.epoch,
                                    buckets=self.buckets)
 
     def update(self, data: ParallelData, group: list[np.ndarray], lr: float
@@ -412,19 +413,19 @@ class Run:
 
     def record_nonfinite(self, loss: float, culprit: str | None) -> None:
         state = self.state
-        state["nonfinite_steps"] += 1
-        state["nonfinite_in_a_row"] += 1
+        state.nonfinite_steps += 1
+        state.nonfinite_in_a_row += 1
         if self.world.is_main:
             log.warning("step %d: non-finite %s, update skipped (first non-finite gradient: %s)",
-                        state["step"], "gradient" if math.isfinite(loss) else "loss", culprit)
-        self.metrics.write("nonfinite", state["step"], loss=repr(loss), gradient=culprit,
-                           in_a_row=state["nonfinite_in_a_row"])
+                        state.step, "gradient" if math.isfinite(loss) else "loss", culprit)
+        self.metrics.write("nonfinite", state.step, loss=repr(loss), gradient=culprit,
+                           in_a_row=state.nonfinite_in_a_row)
 
     def log_train(self, values: dict) -> None:
         if (rss := resident_mib()) is not None:
             values["rss_mib"] = round(rss)
-        self.metrics.write("train", self.state["step"], **values)
-        self.progress.update(self.state["step"], loss=values["loss"], lr=values["lr"],
+        self.metrics.write("train", self.state.step, **values)
+        self.progress.update(self.state.step, loss=values["loss"], lr=values["lr"],
                              tok_s=round(values["tokens_per_s"]), epoch=values["epoch"])
 
     def diverged(self, culprit: str | None) -> None:
@@ -434,7 +435,7 @@ class Run:
         self.metrics.close()
         self.progress.close()
         raise TrainingDiverged(
-            f"{state['nonfinite_in_a_row']} steps in a row (up to step {state['step']}) had a "
+            f"{state.nonfinite_in_a_row} steps in a row (up to step {state.step}) had a "
             f"non-finite loss or gradient (last: {culprit or 'the loss'}); stopped with "
             f"checkpoint {path}. Lower train.lr_scale, set train.clip_norm, or use bf16 "
             "instead of fp16.")
@@ -442,13 +443,14 @@ class Run:
     def save(self) -> Path:
         """Collective: every rank's random state goes to rank 0, which writes."""
         state = self.state
-        self.saved_step = state["step"]
-        state["grad_scaler"] = self.scaler.state_dict() if self.scaler.is_enabled() else {}
+        self.saved_step = state.step
+        state.grad_scaler = self.scaler.state_dict() if self.scaler.is_enabled() else {}
         other_ranks_rng = gather_rng(self.world, self.device)
-        path = self.run_dir / "checkpoints" / f"step_{state['step']:08d}"
+        path = self.run_dir / "checkpoints" / f"step_{state.step:08d}"
         if self.world.is_main:
             path = save_checkpoint(run_dir=self.run_dir, model=self.model,
-                                   optimizer=self.optimizer, state=state, config=self.config,
+                                   optimizer=self.optimizer, state=state.to_json(),
+                                   config=self.config,
                                    vocab_dir=self.data_dir,
                                    keep_last=self.tcfg.keep_last, extra_tensors=other_ranks_rng)
             log.info("saved %s", path)
@@ -458,7 +460,7 @@ class Run:
         """Validation loss, perplexity and (train.valid_bleu) BLEU, on rank 0; the best score
         and patience count in the state."""
         state = self.state
-        self.validated_step = state["step"]
+        self.validated_step = state.step
         if self.valid_data is None or not self.world.is_main:
             return
         values = validate(self.model, self.valid_data, max_tokens=self.tcfg.max_tokens,
@@ -466,13 +468,13 @@ class Run:
         if self.tcfg.valid_bleu:
             values |= validation_bleu(self.model, self.data_dir, self.cfg)
         score = values["bleu"] if "bleu" in values else -values["loss"]
-        if state["best_score"] is None or score > state["best_score"]:
-            state["best_score"], state["best_step"], state["bad_validations"] = \
-                score, state["step"], 0
+        if state.best_score is None or score > state.best_score:
+            state.best_score, state.best_step, state.bad_validations = \
+                score, state.step, 0
         else:
-            state["bad_validations"] += 1
-        self.metrics.write("valid", state["step"], **values, best_step=state["best_step"])
-        log.info("validation at step %d: %s", state["step"],
+            state.bad_validations += 1
+        self.metrics.write("valid", state.step, **values, best_step=state.best_step)
+        log.info("validation at step %d: %s", state.step,
                  {k: round(v, 3) if isinstance(v, float) else v for k, v in values.items()})
 
     def finish(self) -> None:

@@ -22,6 +22,7 @@ from ..storage.model_dir import read_config_json
 from ..storage.names import CONFIG_FILE, STATE_FILE
 from .checkpoint import load_checkpoint, read_state
 from .distributed import World
+from .state import STATE_KEYS, TrainingState
 
 log = logging.getLogger(__name__)
 
@@ -29,13 +30,6 @@ log = logging.getLogger(__name__)
 # budgets, cadence, device and threads, and how the cooldown that ends a budget is given (a
 # timed one, once planned, is kept in the run's state).
 RESUMABLE_TRAIN_KEYS = fields_where(TrainConfig, "resumable")
-
-# What an exact resume reads from a checkpoint's state.json besides the random states (which
-# load_checkpoint checks). A checkpoint that lacks one is refused, naming it.
-STATE_KEYS = ("step", "epoch", "batch_in_epoch", "tokens", "shuffle_seed", "best_score",
-              "best_step", "bad_validations", "nonfinite_steps", "nonfinite_in_a_row",
-              "grad_scaler", "world_size", "train_seconds", "fingerprint")
-
 
 # Model settings that only initialise a fresh model (a resumed one has its checkpoint's
 # weights), with the value a checkpoint written before the setting existed began with
@@ -108,17 +102,14 @@ def fingerprint_differences(old: dict, new: dict, prefix: str = "") -> list[str]
     return out
 
 
-def new_state(cfg: Config, meta: dict, world: World) -> dict:
-    return {"step": 0, "epoch": 0, "batch_in_epoch": 0, "tokens": 0,
-            "shuffle_seed": cfg.train.seed, "best_score": None, "best_step": None,
-            "bad_validations": 0, "nonfinite_steps": 0, "nonfinite_in_a_row": 0,
-            "grad_scaler": {}, "world_size": world.size, "train_seconds": 0.0,
-            "cooldown": None, "cooldown_since": None, "fingerprint": fingerprint(cfg, meta)}
+def new_state(cfg: Config, meta: dict, world: World) -> TrainingState:
+    return TrainingState(shuffle_seed=cfg.train.seed, world_size=world.size,
+                         fingerprint=fingerprint(cfg, meta))
 
 
 def resume(path: Path, model: Transformer, optimizer: torch.optim.Optimizer,
-           scaler: torch.amp.GradScaler, fresh: dict, *, ignore_mismatch: bool,
-           world: World = SINGLE_PROCESS) -> dict:
+           scaler: torch.amp.GradScaler, fresh: TrainingState, *, ignore_mismatch: bool,
+           world: World = SINGLE_PROCESS) -> TrainingState:
     """Restore everything from checkpoint `path`, after checking that its state is complete and
     that it was trained with the same config, vocabulary, data and world size as `fresh`."""
     saved = read_state(path)
@@ -131,15 +122,15 @@ def resume(path: Path, model: Transformer, optimizer: torch.optim.Optimizer,
                              f"has {world.size}: resume with the same torchrun --nproc-per-node "
                              "and --nnodes")
     differences = fingerprint_differences(
-        brought_up_to_date(saved["fingerprint"], str(path / STATE_FILE)), fresh["fingerprint"])
+        brought_up_to_date(saved["fingerprint"], str(path / STATE_FILE)), fresh.fingerprint)
     if differences and not ignore_mismatch:
         raise ResumeMismatch(
             f"cannot resume {path.parent.parent} from {path.name}: " + "; ".join(differences) +
             " (use another --run-dir, or --ignore-mismatch to resume anyway)")
     if differences:
         log.warning("resuming despite differences: %s", "; ".join(differences))
-    state = load_checkpoint(path, model, optimizer, rank=world.rank)
-    if state["grad_scaler"] and scaler.is_enabled():
-        scaler.load_state_dict(state["grad_scaler"])
-    log.info("resuming from %s (step %d)", path, state["step"])
-    return state | {"fingerprint": fresh["fingerprint"]}
+    state = TrainingState.from_json(load_checkpoint(path, model, optimizer, rank=world.rank))
+    if state.grad_scaler and scaler.is_enabled():
+        scaler.load_state_dict(state.grad_scaler)
+    log.info("resuming from %s (step %d)", path, state.step)
+    return dataclasses.replace(state, fingerprint=fresh.fingerprint)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from ..config import TrainConfig
+from .state import TrainingState
 
 
 def noam_lr(step: int, *, d_model: int, warmup_steps: int, scale: float = 1.0) -> float:
@@ -27,12 +28,12 @@ def learning_rate(step: int, tcfg: TrainConfig, d_model: int,
     return lr
 
 
-def cooldown_steps(tcfg: TrainConfig, state: dict) -> tuple[float, int] | None:
+def cooldown_steps(tcfg: TrainConfig, state: TrainingState) -> tuple[float, int] | None:
     """The first and last step of the rate's cooldown, if any: the steps planned when the
     timed cooldown's minutes (TrainConfig.cooldown_minutes) were left of train.max_minutes
     (`plan_cooldown`) or when patience ran out (`patience_cooldown`), kept in the run's state;
     else the last TrainConfig.cooldown_steps of train.max_steps."""
-    planned = state.get("cooldown")  # absent from checkpoints older than the option
+    planned = state.cooldown
     if planned:
         return planned[0], planned[1]
     if tcfg.cooldown_steps:
@@ -40,24 +41,24 @@ def cooldown_steps(tcfg: TrainConfig, state: dict) -> tuple[float, int] | None:
     return None
 
 
-def patience_cooldown(tcfg: TrainConfig, state: dict) -> list[int] | None:
+def patience_cooldown(tcfg: TrainConfig, state: TrainingState) -> list[int] | None:
     """With train.patience_cooldown, once train.patience has run out at step s: the
     cooldown's [first, last] step, s * share / (1 - share) steps (share: train.lr_cooldown_share,
     the cooldown's share of the whole run). None when a cooldown is planned already or
     underway."""
     underway = cooldown_steps(tcfg, state)
-    step, share = state["step"], tcfg.lr_cooldown_share
-    if state.get("cooldown") or (underway is not None and step + 1 >= underway[0]):
+    step, share = state.step, tcfg.lr_cooldown_share
+    if state.cooldown or (underway is not None and step + 1 >= underway[0]):
         return None
     return [step + 1, step + max(1, round(step * share / (1 - share)))]
 
 
-def cooldown_save_due(tcfg: TrainConfig, state: dict) -> bool | None:
+def cooldown_save_due(tcfg: TrainConfig, state: TrainingState) -> bool | None:
     """With train.cooldown_saves N, during the cooldown: whether the step just taken ends
     another 1/N of its steps (the last step always does); None before a cooldown or without
     the option, when train.save_every's cadence decides."""
     cooldown = cooldown_steps(tcfg, state)
-    step = state["step"]
+    step = state.step
     if not tcfg.cooldown_saves or cooldown is None or step < cooldown[0]:
         return None
     first, last = cooldown
@@ -66,22 +67,22 @@ def cooldown_save_due(tcfg: TrainConfig, state: dict) -> bool | None:
     return passed(step) > passed(step - 1)
 
 
-def plan_cooldown(tcfg: TrainConfig, state: dict) -> list[int] | None:
+def plan_cooldown(tcfg: TrainConfig, state: TrainingState) -> list[int] | None:
     """With a timed cooldown (TrainConfig.cooldown_minutes), once no more than that is left
     of train.max_minutes: the cooldown's [first, last] step, as many steps as the run's mean
     pace so far (train seconds per step, validations and saves included) fits into 97 % of
     the time left, so that it ends before the budget does. None before then, or once
     planned."""
-    left = 60 * tcfg.max_minutes - state["train_seconds"]
-    if not tcfg.cooldown_minutes or state.get("cooldown") or not state["step"] \
+    left = 60 * tcfg.max_minutes - state.train_seconds
+    if not tcfg.cooldown_minutes or state.cooldown or not state.step \
             or left > 60 * tcfg.cooldown_minutes:
         return None
-    pace = state["train_seconds"] / state["step"]
-    return [state["step"] + 1, state["step"] + max(1, int(0.97 * left / pace))]
+    pace = state.train_seconds / state.step
+    return [state.step + 1, state.step + max(1, int(0.97 * left / pace))]
 
 
-def replan_cooldown(tcfg: TrainConfig, state: dict) -> list[float] | None:
-    """A timed cooldown planned at step s0 after t0 train seconds (state "cooldown_since"),
+def replan_cooldown(tcfg: TrainConfig, state: TrainingState) -> list[float] | None:
+    """A timed cooldown planned at step s0 after t0 train seconds (the state's cooldown_since),
     re-planned at a later step s (a checkpoint step: `train`) because a machine's speed drifts:
     its last step becomes the one that the pace since s0 fits into 97 % of the time left, and
     the rate falls on in a straight line from its value at step s + 1 to that step. Returns
@@ -89,11 +90,11 @@ def replan_cooldown(tcfg: TrainConfig, state: dict) -> list[float] | None:
     be a whole step); None for a cooldown by steps, one not planned, over or older than this,
     and until a fifth of the cooldown's minutes has passed: a shorter pace is one event's
     (a validation's 6 s in the first 20 steps once cut a 4,557-step plan to 2,077)."""
-    cooldown, since = state.get("cooldown"), state.get("cooldown_since")
+    cooldown, since = state.cooldown, state.cooldown_since
     if not tcfg.cooldown_minutes or not cooldown or not since:
         return None
     (first, last), (s0, t0) = cooldown, since
-    step, seconds = state["step"], state["train_seconds"]
+    step, seconds = state.step, state.train_seconds
     if not s0 < step < last or seconds - t0 < 60 * tcfg.cooldown_minutes / 5:
         return None
     pace = (seconds - t0) / (step - s0)
