@@ -19,8 +19,19 @@ def test_info_prints_parameters_and_flops(capsys):
 
 
 def test_info_bad_config_is_a_clear_error(capsys):
-    assert main(["info", "--config", "base", "model.d_modle=3"]) == 2
+    assert main(["info", "--config", "base", "--model.d_modle=3"]) == 2
     assert "unknown config key 'model.d_modle'" in capsys.readouterr().err
+
+
+def test_overrides_are_dotted_flags_everywhere_and_the_bare_form_warns(capsys, caplog):
+    """One override syntax, --section.key=value; info and prepare's earlier bare
+    section.key=value still works, with a warning naming the flag to write."""
+    assert main(["info", "--config", "tiny", "--model.n_heads=2"]) == 0
+    flagged = capsys.readouterr().out
+    assert "heads 2" in flagged and not caplog.records
+    assert main(["info", "--config", "tiny", "model.n_heads=2"]) == 0
+    assert capsys.readouterr().out == flagged
+    assert "write --model.n_heads=2" in caplog.text
 
 
 def test_console_script_help():

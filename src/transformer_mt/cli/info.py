@@ -7,13 +7,14 @@ import dataclasses
 from pathlib import Path
 
 from ..config import Config, ModelConfig, config_data, load_config, preset_names
-from .options import add_config_options, as_overrides, given
+from .options import add_config_options, add_overrides, as_overrides, given, overrides_given
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("info", help="parameter count and FLOPs of a configuration",
                        description="Print total and non-embedding parameters and forward FLOPs "
-                                   "per token.")
+                                   "per token. Override any config key with --section.key=value, "
+                                   "e.g. --model.n_heads=4 (train --help lists them).")
     p.add_argument("--config", default="base",
                    help=f"preset ({', '.join(preset_names())}) or YAML file (default: base)")
     p.add_argument("--data", type=Path, metavar="DATA_DIR",
@@ -22,8 +23,7 @@ def add_parser(sub) -> None:
                         "prepare --config builds, else model.vocab_size)")
     p.add_argument("--seq-len", type=int, default=32,
                    help="source and target length for the attention FLOPs (default: 32)")
-    p.add_argument("overrides", nargs="*", metavar="section.key=value",
-                   help="config overrides, e.g. model.n_heads=4")
+    add_overrides(p)
     add_config_options(p, ModelConfig, "model", only=("vocab_size",))
     p.set_defaults(run=run)
 
@@ -31,7 +31,7 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..model.stats import model_stats  # here: `--help` needs no torch
 
-    overrides = list(args.overrides) + as_overrides(given(args, "model"), "model")
+    overrides = overrides_given(args) + as_overrides(given(args, "model"), "model")
     cfg = load_config(args.config, overrides)
     vocab, source = vocabulary_size(args, cfg, overrides)
     cfg = dataclasses.replace(cfg.model, vocab_size=vocab)

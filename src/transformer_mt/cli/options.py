@@ -69,6 +69,24 @@ def section_overrides(overrides: list[str], cls: type, section: str) -> dict[str
     return checked_fields(cls, values, section)
 
 
+def add_overrides(parser: argparse.ArgumentParser) -> None:
+    """`--section.key=value` overrides, as every command takes them (main() gathers them into
+    args.overrides); the bare `section.key=value` that prepare and info took before still
+    works, with a warning (`overrides_given`)."""
+    parser.add_argument("bare_overrides", nargs="*", help=argparse.SUPPRESS)
+    parser.set_defaults(overrides=[])
+
+
+def overrides_given(args: argparse.Namespace) -> list[str]:
+    """The command's `section.key=value` overrides, bare ones (with a warning) first."""
+    import logging
+
+    for bare in args.bare_overrides:
+        logging.getLogger(__name__).warning("'%s': write --%s (the bare form will go)", bare,
+                                            bare)
+    return [*args.bare_overrides, *args.overrides]
+
+
 def as_overrides(values: dict[str, Any], section: str) -> list[str]:
     """`given` values as `section.key=value` overrides for `config.load_config` (YAML)."""
     import json

@@ -9,7 +9,7 @@ from ..config import DataConfig, load_config
 from ..data.corpora import CORPORA, locate
 from ..data.prepare import SplitFiles, language_of, prepare
 from ..data.wmt14 import archives
-from .options import add_config_options, as_overrides, given
+from .options import add_config_options, add_overrides, as_overrides, given, overrides_given
 
 
 def add_parser(sub) -> None:
@@ -18,7 +18,8 @@ def add_parser(sub) -> None:
         description="Read parallel files (plain or .gz, strict UTF-8), drop empty, too long and "
                     "over-ratio training pairs (counted in report.json), train a joint "
                     "SentencePiece vocabulary, and write memory-mapped token files to --out. "
-                    "Either give the files, or --dataset with --pair and --data-dir.")
+                    "Either give the files, or --dataset with --pair and --data-dir. Each data "
+                    "option below can also be given as --data.key=value.")
     p.add_argument("--train-src", type=Path, metavar="FILE",
                    help="your own training source text, one sentence per line (plain or .gz; "
                         "instead of --dataset)")
@@ -49,14 +50,13 @@ def add_parser(sub) -> None:
     p.add_argument("--vocabulary", type=Path, metavar="MODEL_DIR",
                    help="encode with this model's vocabulary (and its special ids) instead of "
                         "learning one: to fine-tune it with train --init-from MODEL_DIR")
-    p.add_argument("overrides", nargs="*", metavar="data.key=value",
-                   help="data config overrides, e.g. data.max_length=200")
+    add_overrides(p)
     add_config_options(p, DataConfig, "data")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    overrides = as_overrides(given(args, "data"), "data") + list(args.overrides)
+    overrides = as_overrides(given(args, "data"), "data") + overrides_given(args)
     cfg = load_config(args.config, overrides).data
     if args.dataset:
         files = {f.name: f for f in locate(args.dataset, args.pair, args.data_dir,
