@@ -109,3 +109,16 @@ def trained_model(prepared_corpus, tmp_path_factory) -> Path:
                                "train.save_every=300", "train.threads=2", "train.log_every=100"])
     train(cfg, data_dir=prepared_corpus, run_dir=run)
     return sorted((run / "checkpoints").iterdir())[-1]
+
+
+class FakeClock:
+    """train.py's `time`: each reading of the monotonic clock advances it by `tick` seconds, so
+    a run's pace, and the step at which a timed cooldown is planned, do not depend on the
+    machine."""
+
+    def __init__(self, tick: float):
+        self.now, self.tick = 0.0, tick
+
+    def monotonic(self) -> float:
+        self.now += self.tick
+        return self.now

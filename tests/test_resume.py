@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from conftest import REPO
+from conftest import REPO, FakeClock
 from transformer_mt.config import load_config
 from transformer_mt.data.batching import token_batches
 from transformer_mt.data.dataset import ParallelData
@@ -220,19 +220,6 @@ def test_max_epochs_stops_at_the_epoch_boundary(prepared_corpus, tmp_path, monke
                                    epoch=epoch)) for epoch in range(2)]
     assert len(recorder.batches) == state.step == sum(per_epoch)
     assert (state.epoch, state.batch_in_epoch) == (2, 0)
-
-
-class FakeClock:
-    """train.py's `time`: each reading of the monotonic clock advances it by `tick` seconds, so
-    a run's pace, and the step at which a timed cooldown is planned, do not depend on the
-    machine."""
-
-    def __init__(self, tick: float):
-        self.now, self.tick = 0.0, tick
-
-    def monotonic(self) -> float:
-        self.now += self.tick
-        return self.now
 
 
 def weights_sha256(run_dir) -> str:
