@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..storage.names import META_FILE, split_file
 from .batching import ShapeBuckets
 from .prepare import SIDES, load_meta, pack
 from .text import DataError, read_bytes, split_lines
@@ -20,14 +21,14 @@ class ParallelData:
         self.data_dir, self.split = Path(data_dir), split
         self.tokens, self.offsets = {}, {}
         self._texts: dict[str, list[str]] = {}  # see text()
-        meta = load_meta(data_dir) if (self.data_dir / "meta.json").exists() else {}
+        meta = load_meta(data_dir) if (self.data_dir / META_FILE).exists() else {}
         specials = meta.get("special_ids") or {}  # data prepared before they were recorded
         self.pad_id, self.bos_id, self.eos_id = (specials.get(k, default) for k, default in
                                                  (("pad", PAD_ID), ("bos", BOS_ID),
                                                   ("eos", EOS_ID)))
         for side in SIDES:
             for kind, store in (("tokens", self.tokens), ("offsets", self.offsets)):
-                path = self.data_dir / f"{split}.{side}.{kind}.npy"
+                path = self.data_dir / split_file(split, side, f"{kind}.npy")
                 try:
                     store[side] = np.load(path, mmap_mode="r", allow_pickle=False)
                 except (OSError, ValueError) as err:
@@ -94,7 +95,7 @@ class ParallelData:
         """The split's sentences on one side as prepared (read once, then kept)."""
         texts = self._texts
         if side not in texts:
-            path = self.data_dir / f"{self.split}.{side}.txt"
+            path = self.data_dir / split_file(self.split, side, "txt")
             lines = [line.decode("utf-8") for line in split_lines(read_bytes(path))]
             if len(lines) != len(self):
                 raise DataError(f"{path}: {len(lines)} lines, but the prepared {self.split} split "

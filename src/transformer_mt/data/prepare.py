@@ -32,7 +32,14 @@ import numpy as np
 
 from ..config import DataConfig, config_to_dict
 from ..storage.files import sha256_file
-from ..storage.names import VOCAB_FILE, copy_vocabulary, vocabulary_files
+from ..storage.names import (
+    META_FILE,
+    REPORT_FILE,
+    VOCAB_FILE,
+    copy_vocabulary,
+    split_file,
+    vocabulary_files,
+)
 from .text import DataError, iter_parallel
 from .vocab import (
     BOS_ID,
@@ -79,8 +86,8 @@ def pack(ids: list[list[int]], vocab_size: int) -> tuple[np.ndarray, np.ndarray]
 
 def write_side(out_dir: Path, split: str, side: str, ids: list[list[int]], vocab_size: int):
     flat, offsets = pack(ids, vocab_size)
-    np.save(out_dir / f"{split}.{side}.tokens.npy", flat)
-    np.save(out_dir / f"{split}.{side}.offsets.npy", offsets)
+    np.save(out_dir / split_file(split, side, "tokens.npy"), flat)
+    np.save(out_dir / split_file(split, side, "offsets.npy"), offsets)
 
 
 def read_whole_words(path: Path) -> list[str]:
@@ -154,8 +161,8 @@ def prepare(*, train: SplitFiles, others: list[SplitFiles], out_dir: Path, cfg: 
                    for s in splits},
         "splits": {name: r["kept"] for name, r in report["splits"].items()},
     }
-    (out_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    (out_dir / "meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    (out_dir / REPORT_FILE).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    (out_dir / META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     return report
 
 
@@ -190,8 +197,10 @@ def encode_split(split: SplitFiles, vocab, cfg: DataConfig, out_dir: Path, *, dr
     pairs = iter_parallel(split.src, split.tgt, skip_invalid=cfg.skip_invalid_utf8)
     with tempfile.TemporaryDirectory(dir=out_dir) as tmp, \
             open(Path(tmp) / "src", "wb") as src_raw, open(Path(tmp) / "tgt", "wb") as tgt_raw, \
-            open(out_dir / f"{split.name}.src.txt", "w", encoding="utf-8") as src_txt, \
-            open(out_dir / f"{split.name}.tgt.txt", "w", encoding="utf-8") as tgt_txt:
+            open(out_dir / split_file(split.name, "src", "txt"), "w",
+                 encoding="utf-8") as src_txt, \
+            open(out_dir / split_file(split.name, "tgt", "txt"), "w",
+                 encoding="utf-8") as tgt_txt:
         for number, block in enumerate(iter(lambda: list(islice(pairs, chunk)), []), 1):
             found = [pair for pair in block if pair is not None]
             drops["invalid_utf8"] += len(block) - len(found)
@@ -228,10 +237,10 @@ def write_tokens(out_dir: Path, split: str, side: str, raw: Path, lengths: array
     a megabyte at a time) and {split}.{side}.offsets.npy from the lengths."""
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(np.frombuffer(lengths, dtype=np.int32), out=offsets[1:])
-    np.save(out_dir / f"{split}.{side}.offsets.npy", offsets)
+    np.save(out_dir / split_file(split, side, "offsets.npy"), offsets)
     header = {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False,
               "shape": (int(offsets[-1]),)}
-    with open(out_dir / f"{split}.{side}.tokens.npy", "wb") as out, open(raw, "rb") as f:
+    with open(out_dir / split_file(split, side, "tokens.npy"), "wb") as out, open(raw, "rb") as f:
         np.lib.format.write_array_header_1_0(out, header)
         shutil.copyfileobj(f, out, 1 << 20)
 
@@ -259,7 +268,7 @@ def load_vocab(data_dir: Path) -> Vocabulary | MarianVocabulary:
 
 
 def load_meta(data_dir: Path) -> dict:
-    path = Path(data_dir) / "meta.json"
+    path = Path(data_dir) / META_FILE
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as err:

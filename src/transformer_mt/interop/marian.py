@@ -57,7 +57,11 @@ from .marian_npz import import_marian_npz, is_marian_directory
 
 ACTIVATIONS = {"swish": "silu", "silu": "silu", "relu": "relu", "gelu": "gelu"}
 HF_ACTIVATIONS = {"silu": "swish", "relu": "relu", "gelu": "gelu"}
+# Hugging Face's file names (the first two happen to be ours too)
+HF_CONFIG_FILE = "config.json"
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+GENERATION_FILE = "generation_config.json"
+TOKENIZER_FILE = "tokenizer_config.json"
 MARIAN_EPS = 1e-5  # Hugging Face Marian's nn.LayerNorm default; its config has no eps
 OURS = "transformer_mt"  # config.json section an export keeps our config in
 
@@ -208,19 +212,19 @@ def import_marian(src_dir: str | Path, out_dir: str | Path) -> Path:
     src_dir, out_dir = Path(src_dir), Path(out_dir)
     if not src_dir.is_dir():
         raise ConversionError(f"{src_dir}: not a directory")
-    if not (src_dir / "config.json").exists() and is_marian_directory(src_dir):
+    if not (src_dir / HF_CONFIG_FILE).exists() and is_marian_directory(src_dir):
         return import_marian_npz(src_dir, out_dir)
-    missing = [name for name in ("config.json", *MARIAN_FILES) if not (src_dir / name).exists()]
+    missing = [name for name in (HF_CONFIG_FILE, *MARIAN_FILES) if not (src_dir / name).exists()]
     weights = next((src_dir / n for n in WEIGHT_FILES if (src_dir / n).exists()), None)
     if weights is None:
         missing.append(" or ".join(WEIGHT_FILES))
     if missing:
         raise ConversionError(f"{src_dir}: missing {', '.join(missing)}")
-    hf = _read_json(src_dir / "config.json")
-    for extra in ("generation_config.json", "tokenizer_config.json"):  # decoding, vocabularies
+    hf = _read_json(src_dir / HF_CONFIG_FILE)
+    for extra in (GENERATION_FILE, TOKENIZER_FILE):  # decoding, vocabularies
         if (src_dir / extra).exists():
             hf = {**hf, **_read_json(src_dir / extra)}
-    cfg = marian_model_config(hf, src_dir / "config.json")
+    cfg = marian_model_config(hf, src_dir / HF_CONFIG_FILE)
     vocab = MarianVocabulary.load(src_dir)
     if len(vocab) != cfg.vocab_size:
         raise ConversionError(f"{src_dir / 'vocab.json'}: {len(vocab)} pieces, but config.json "
@@ -239,7 +243,7 @@ def import_marian(src_dir: str | Path, out_dir: str | Path) -> Path:
     cfg = dataclasses.replace(cfg, weight_tying=weight_tying(theirs, weights))
     state, decode = marian_state(cfg, theirs, weights), marian_decode_config(hf, cfg)
     if isinstance(hf.get(OURS), dict):
-        cfg, state, decode = _restored(cfg, state, hf[OURS], src_dir / "config.json")
+        cfg, state, decode = _restored(cfg, state, hf[OURS], src_dir / HF_CONFIG_FILE)
     try:
         model = model_from_weights(cfg, state, weights)
     except ModelLoadError as err:
@@ -337,7 +341,7 @@ def _write_marian_vocabulary(vocab: Vocabulary | MarianVocabulary, model_dir: Pa
         pieces = {vocab.sp.id_to_piece(i): i for i in range(len(vocab))}
         (out_dir / MARIAN_FILES[2]).write_text(json.dumps(pieces, ensure_ascii=False),
                                                encoding="utf-8")
-    (out_dir / "tokenizer_config.json").write_text(json.dumps(
+    (out_dir / TOKENIZER_FILE).write_text(json.dumps(
         {"tokenizer_class": "MarianTokenizer",
          "separate_vocabs": isinstance(vocab, MarianVocabulary) and vocab.separate,
          "model_max_length": max_positions}) + "\n", encoding="utf-8")
@@ -360,9 +364,9 @@ def export_marian(model_dir: str | Path, out_dir: str | Path) -> Path:
     theirs = _marian_tensors(cfg, state)
     config, generation = _marian_config(cfg, decode)
     out_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write(out_dir / "model.safetensors",
+    atomic_write(out_dir / WEIGHT_FILES[0],
                  lambda p: save_file(theirs, str(p), metadata={"format": "pt"}))
-    for name, data in (("config.json", config), ("generation_config.json", generation)):
+    for name, data in ((HF_CONFIG_FILE, config), (GENERATION_FILE, generation)):
         (out_dir / name).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     _write_marian_vocabulary(vocab, model_dir, out_dir, cfg.max_positions)
     return out_dir

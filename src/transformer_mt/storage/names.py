@@ -11,6 +11,17 @@ VOCAB_FILE = "sentencepiece.model"  # the joint vocabulary: prepare writes it, m
 # models and the piece -> id map they share
 MARIAN_FILES = ("source.spm", "target.spm", "vocab.json")
 TARGET_VOCAB_FILE = "target_vocab.json"  # Marian's separate target vocabulary, where there is one
+# a prepared data directory (data/prepare.py): its record, what cleaning dropped, and per split
+# (train, valid, test) and side (src, tgt) the text, token ids and sentence offsets
+META_FILE = "meta.json"
+REPORT_FILE = "report.json"
+
+
+def split_file(split: str, side: str, kind: str) -> str:
+    """A prepared split's file: kind "txt" (its text), "tokens.npy" or "offsets.npy"."""
+    return f"{split}.{side}.{kind}"
+
+
 # a checkpoint is a model directory with these beside (training/checkpoint.py)
 OPTIMIZER_FILE = "optimizer.safetensors"  # Adam's moments and torch's random states
 STATE_FILE = "state.json"  # the training state

@@ -29,7 +29,7 @@ from ..hardware.cpu_speed import cpu_model, probed_gflops, warn_if_bf16_is_slow
 from ..hardware.onednn import bound_onednn_caches
 from ..model.transformer import Transformer
 from ..storage.model_dir import assign_weights, read_weights
-from ..storage.names import CONFIG_FILE, WEIGHTS_FILE
+from ..storage.names import CONFIG_FILE, WEIGHTS_FILE, split_file
 from ..storage.run_dir import latest_checkpoint
 from .checkpoint import clean_temporaries, save_checkpoint
 from .distributed import World, all_sum, gather_rng, init_world, shutdown
@@ -327,7 +327,7 @@ class Run:
         torch.manual_seed(tcfg.seed + world.rank)  # the same initial weights are broadcast
         train_data = ParallelData(data_dir, "train")
         valid_data = ParallelData(data_dir, "valid") \
-            if (data_dir / "valid.src.txt").exists() else None
+            if (data_dir / split_file("valid", "src", "txt")).exists() else None
         model = Transformer(cfg.model).to(device)
         if tcfg.bf16 == "auto":  # the run's config keeps "auto"; this process uses the choice
             tcfg = dataclasses.replace(tcfg, bf16=auto_bf16(device, world))

@@ -15,6 +15,7 @@ from ..data.prepare import load_vocab
 from ..evaluation.bleu import sacrebleu_scores
 from ..inference.translator import Translator
 from ..model.transformer import Transformer
+from ..storage.names import split_file
 from .loss import label_smoothed_nll
 
 
@@ -43,8 +44,8 @@ def validation_bleu(model: Transformer, data_dir: Path, cfg: Config) -> dict:
     """Beam-search translations of the validation sources scored against their references."""
     was_training = model.training
     translator = Translator(model, load_vocab(data_dir), cfg.decode)
-    sources = (data_dir / "valid.src.txt").read_text(encoding="utf-8").splitlines()
-    refs = (data_dir / "valid.tgt.txt").read_text(encoding="utf-8").splitlines()
+    sources, refs = ((data_dir / split_file("valid", side, "txt")).read_text(
+        encoding="utf-8").splitlines() for side in ("src", "tgt"))
     hyps = translator.translate(sources)
     model.train(was_training)
     bleu, signature, chrf, _ = sacrebleu_scores(hyps, refs)
