@@ -28,12 +28,8 @@ import torch
 
 from transformer_mt.config import ModelConfig, config_from_dict
 from transformer_mt.model.transformer import Transformer
-from transformer_mt.training.checkpoint import (
-    TMP_PREFIX,
-    checkpoint_dirs,
-    load_checkpoint,
-    step_dirs,
-)
+from transformer_mt.storage.run_dir import TMP_PREFIX, checkpoint_dirs, step_dirs
+from transformer_mt.training.checkpoint import load_checkpoint
 from transformer_mt.training.metrics import read_metrics
 
 
