@@ -62,12 +62,12 @@ def running_server(model_dir, *options: str, ready_within: float = 60):
 
 
 def random_translator(vocab, *, d_model: int = 16, n_heads: int = 2, layers: int = 1,
-                      max_positions: int = 64) -> Translator:
+                      max_positions: int = 64, max_length: int = 0) -> Translator:
     """A translator of a seeded random model (d_ff 2 d_model, no dropout) over `vocab`, beam 2,
-    length offset 4: its outputs tend to run to their length cap."""
+    length offset 4 (and decode.max_length): its outputs tend to run to their length cap."""
     torch.manual_seed(0)
     cfg = ModelConfig(vocab_size=len(vocab), d_model=d_model, n_heads=n_heads,
                       d_ff=2 * d_model, n_encoder_layers=layers, n_decoder_layers=layers,
                       dropout=0.0, max_positions=max_positions)
     return Translator(Transformer(cfg).eval(), vocab,
-                      DecodeConfig(beam_size=2, max_length_offset=4))
+                      DecodeConfig(beam_size=2, max_length_offset=4, max_length=max_length))

@@ -1,4 +1,5 @@
 import logging
+import re
 import subprocess
 import sys
 
@@ -168,6 +169,19 @@ def test_every_config_key_is_declared_once_with_help_and_train_help_explains_eac
     assert set(FINE_TUNING_OPTIONS) == {f.name for f in dataclasses.fields(ModelConfig)
                                         if f.name.endswith("dropout")}
     assert INIT_ONLY_MODEL_KEYS == {"qkv_init_gain": 1.0, "cross_attention_init": "as_self"}
+
+
+def test_serve_help_shows_serves_own_decode_defaults(capsys):
+    """serve decodes with int8 scales per row and a 512-token output cap unless told otherwise
+    (config.option's serve_default): its --help says so, translate's the plain defaults."""
+    for command, cap, scales in (("serve", 512, "row"), ("translate", 0, "batch")):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        help_text = " ".join(capsys.readouterr().out.split())
+        assert re.search(rf"--max-length MAX_LENGTH not in the paper: .*?\(default: {cap}\)",
+                         help_text), command
+        assert re.search(rf"--int8-scales {{batch,row}} with int8: .*?\(default: {scales}\)",
+                         help_text), command
 
 
 def test_translate_streams_in_chunks_and_treats_too_long_lines_as_told(tmp_path, corpus_vocab,

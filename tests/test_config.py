@@ -57,6 +57,12 @@ def test_a_retired_option_in_a_users_config_is_an_error_that_says_so():
         load_config("tiny", ["decode.knn_eos=mix"])
 
 
+def test_the_retired_serve_output_cap_points_to_decode_max_length():
+    with pytest.raises(ConfigError, match=r"'serve.max_output_tokens' was retired .*"
+                                          r"decode.max_length is the output cap"):
+        load_config("tiny", ["serve.max_output_tokens=100"])
+
+
 def test_exponent_floats_without_a_dot(tmp_path):
     """YAML 1.1 reads 1e-8 as a string; a config means a float (and an int stays an int)."""
     path = tmp_path / "eps.yaml"

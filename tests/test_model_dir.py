@@ -138,6 +138,19 @@ def test_a_model_saved_with_a_retired_option_loads_only_at_its_kept_value(tmp_pa
         load_model(tmp_path)
 
 
+def test_a_checkpoint_with_the_old_serve_section_loads_without_a_warning(tmp_path, caplog):
+    # a training run's config.json (its checkpoints') holds every section, serve's too, which
+    # held max_output_tokens until 2026-12-05; loading a model reads only model and decode
+    save_model(tiny_model(), tmp_path, decode=DecodeConfig(beam_size=5))
+    path = tmp_path / CONFIG_FILE
+    config = json.loads(path.read_text())
+    config["serve"] = {"port": 8000, "max_output_tokens": 512}
+    path.write_text(json.dumps(config))
+    _, decode = load_model(tmp_path)
+    assert decode == DecodeConfig(beam_size=5)
+    assert not [r for r in caplog.records if "retired" in r.getMessage()]
+
+
 def test_a_model_saved_before_knn_and_mbr_left_the_core_still_loads(tmp_path, caplog):
     # until 2026-12-01 every model directory's decode section held kNN-MT's and MBR's settings
     save_model(tiny_model(), tmp_path, decode=DecodeConfig(beam_size=5))

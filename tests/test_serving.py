@@ -359,7 +359,8 @@ def test_a_real_int8_server_quantises_per_row_and_answers_as_each_sentence_alone
                       dataclasses.replace(translator.decode_cfg, int8=True, int8_scales="row"))
     alone = [int8.translate([s])[0] for s in SENTENCES]
     with running_server(tmp_path / "model", "--int8", "--max-wait-ms", "300") as (base, _):
-        assert http("GET", base + "/v1/models")[1]["decode"]["int8_scales"] == "row"
+        decode = http("GET", base + "/v1/models")[1]["decode"]
+        assert (decode["int8_scales"], decode["max_length"]) == ("row", 512)  # serve's defaults
         answers = {}
 
         def ask(i):
@@ -387,7 +388,9 @@ def test_ready_answers_503_while_draining_and_before_the_warm_up(translator):
 def test_the_absolute_output_cap(translator):
     import dataclasses
 
-    with client_for(translator, max_output_tokens=3) as client:
+    capped_at_3 = Translator(translator.model, translator.vocab,
+                             dataclasses.replace(translator.decode_cfg, max_length=3))
+    with client_for(capped_at_3) as client:
         body = translate(client, SENTENCES, max_length_offset=50).json()
     ids = [translator.encode_source(s, i) for i, s in enumerate(SENTENCES)]
     offset50 = dataclasses.replace(translator.decode_cfg, max_length_offset=50)

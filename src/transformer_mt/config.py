@@ -41,6 +41,8 @@ RETIRED: dict[str, tuple[Any, str]] = {
     "decode.knn_probe": (ANY, _KNN_MOVED),
     "decode.mbr": ("none", "moved out of the core to examples/rerank/ (mbr.py reranks a "
                            "translate --n-best list)"),
+    "serve.max_output_tokens": (ANY, "removed on 2026-12-05: decode.max_length is the output "
+                                     "cap, and serve's default for it is 512"),
 }
 
 
@@ -48,18 +50,29 @@ _NO_VALUE = object()
 
 
 def option(default: Any, help: str, *, flag: str | None = None, resumable: bool = False,
-           fine_tunable: bool = False, initialises: Any = _NO_VALUE) -> Any:
+           fine_tunable: bool = False, initialises: Any = _NO_VALUE,
+           serve_default: Any = _NO_VALUE) -> Any:
     """A config field, declared once: its default, one line of help (`--help` shows it), the
     flag of a command that offers it as one when not `--field-name` (cli/options.py), and what
     the field is to a run: `resumable`, a train setting that may change when the run resumes;
     `fine_tunable`, a model setting `train --init-from` may change; `initialises`, a model
     setting that only initialises a fresh model, with the value a checkpoint written before the
-    setting existed began with."""
+    setting existed began with; `serve_default`, a decode setting's default under `serve`
+    where it differs (`serve_defaults`)."""
     metadata = {"help": help, "flag": flag, "resumable": resumable,
                 "fine_tunable": fine_tunable}
     if initialises is not _NO_VALUE:
         metadata["initialises"] = initialises
+    if serve_default is not _NO_VALUE:
+        metadata["serve_default"] = serve_default
     return field(default=default, metadata=metadata)
+
+
+def serve_defaults(cls: type) -> dict[str, Any]:
+    """The fields of `cls` whose default under `serve` differs (`option`'s serve_default), with
+    that default."""
+    return {f.name: f.metadata["serve_default"] for f in dataclasses.fields(cls)
+            if "serve_default" in f.metadata}
 
 
 def fields_where(cls: type, what: str) -> tuple[str, ...]:
@@ -219,7 +232,8 @@ class DecodeConfig:
         50, "an output has at most (source length + this) tokens, EOS included (§6.1: 50)")
     min_length: int = option(0, "not in the paper: no EOS before this many tokens; 0: off")
     max_length: int = option(0, "not in the paper: a cap on top of source length + offset; "
-                                "0: off")
+                                "0: off (serve: 512, so that no input makes the server write "
+                                "a longer output)", serve_default=512)
     max_length_factor: float = option(
         0.0, "not in the paper: a cap of this x the source's length (EOS counted on both sides, "
         "rounded down; Marian's max-length-factor); 0: off")
@@ -240,7 +254,8 @@ class DecodeConfig:
     int8_scales: Literal["batch", "row"] = option(
         "batch", "with int8: one input range per batch (fbgemm, fastest; a sentence's "
         "translation may change with the sentences batched with it) or per row (a sentence "
-        "translates the same in any batch; what `serve` uses)")
+        "translates the same in any batch; serve's default: batching clients together changes "
+        "no one's answer)", serve_default="row")
     kv_bf16: bool = option(
         False, "not in the paper: keep attention keys and values in bfloat16 (with int8 or in "
         "fp32): beam search moves half the bytes; pays only on a CPU with fast bf16 (AVX-512 "
@@ -469,12 +484,10 @@ class ServeConfig:
     max_beam: int = option(16, "largest beam_size a request may ask for (422 beyond)")
     max_offset: int = option(200, "largest max_length_offset a request may ask for (422 "
                                   "beyond)")
-    max_output_tokens: int = option(
-        512, "an output has at most this many tokens, whatever the input (decode.max_length)")
     max_request_work: int = option(
         1 << 17, "the work one request may ask for: the sum over its sentences of beam_size x "
                  "the sentence's output length cap (its tokens + max_length_offset, at most "
-                 "max_output_tokens); 413 beyond, so that one client cannot hold the search")
+                 "decode.max_length); 413 beyond, so that one client cannot hold the search")
     queue_timeout_seconds: float = option(
         30.0, "a request whose sentences waited this long without all starting to decode gets "
               "503 with Retry-After, and its waiting sentences are dropped")
@@ -503,7 +516,7 @@ class ServeConfig:
 
     def __post_init__(self):
         _check_positive(self, "port", "max_batch_tokens", "max_queue", "max_body_bytes",
-                        "max_sentences", "max_chars", "max_beam", "max_output_tokens")
+                        "max_sentences", "max_chars", "max_beam")
         if self.languages and not self.language_pair:
             raise ValueError("serve.languages is SRC-TGT (e.g. en-de) or SRC:TGT (pt-BR:de), "
                              f"got {self.languages!r}")

@@ -15,10 +15,12 @@ from ..config import ConfigError, checked_fields, read_yaml
 
 
 def add_config_options(parser: argparse.ArgumentParser, cls: type, section: str,
-                       only: tuple[str, ...] = ()) -> None:
+                       only: tuple[str, ...] = (), defaults: dict[str, Any] | None = None
+                       ) -> None:
     """One option per field of dataclass `cls` (or per field named in `only`); given values
     land in `args.<section>.<field>` (see `given`), absent ones stay None and the config
-    decides."""
+    decides. `defaults`: the command's own defaults where they differ from the field's, shown
+    in --help (the command applies them)."""
     hints = typing.get_type_hints(cls)
     group = parser.add_argument_group(f"{section} options ({cls.__name__}; unset ones come "
                                       "from the config or model directory, else the default)")
@@ -26,7 +28,8 @@ def add_config_options(parser: argparse.ArgumentParser, cls: type, section: str,
         if only and f.name not in only:
             continue
         flag = f.metadata["flag"] or "--" + f.name.replace("_", "-")
-        help = f"{f.metadata['help']} (default: {f.default})".replace("%", "%%")  # argparse's %
+        default = (defaults or {}).get(f.name, f.default)
+        help = f"{f.metadata['help']} (default: {default})".replace("%", "%%")  # argparse's %
         kwargs: dict[str, Any] = {"dest": f"{section}.{f.name}", "default": None, "help": help}
         hint = hints[f.name]
         if hint is bool:

@@ -6,7 +6,7 @@ import argparse
 import logging
 from pathlib import Path
 
-from ..config import DecodeConfig, ServeConfig
+from ..config import DecodeConfig, ServeConfig, serve_defaults
 from ..interop import OURS_FILE
 from .options import (
     add_config_options,
@@ -30,7 +30,7 @@ def add_parser(sub) -> None:
                     "exit. docs/serving.md documents the API and limits.")
     add_model_options(p)
     add_config_options(p, ServeConfig, "serve")
-    add_config_options(p, DecodeConfig, "decode")
+    add_config_options(p, DecodeConfig, "decode", defaults=serve_defaults(DecodeConfig))
     p.set_defaults(run=run, overrides=[])
 
 
@@ -61,8 +61,7 @@ def model_languages(model_dir: Path, given: tuple[str, str] | None = None
 def run(args: argparse.Namespace) -> int:
     from ..serving.server import serve as run_server  # the serve extra: fastapi, uvicorn, ...
 
-    # int8 with one input range per row: batching clients together changes no one's answer
-    decode = {"int8_scales": "row"} | section_overrides(
+    decode = serve_defaults(DecodeConfig) | section_overrides(
         [o for o in args.overrides if o.startswith("decode.")], DecodeConfig, "decode") \
         | given(args, "decode")
     serve = ServeConfig(**section_overrides(

@@ -22,7 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ..config import ServeConfig
 from ..inference.translator import Translator
 from .api import Problem, body_fields
-from .batcher import Batcher, request_settings
+from .batcher import Batcher
 from .metrics import ServerMetrics
 from .routes import Served, router, translate_sentences
 
@@ -44,8 +44,7 @@ def create_app(translator: Translator, cfg: ServeConfig, *,
         it.batcher.observe = metrics.observe_round
         metrics.queue_depth.set_function(lambda: it.batcher.depth)
         if warm_up:
-            await translate_sentences(it, None, ["warm up"],
-                                      request_settings(translator.decode_cfg, cfg))
+            await translate_sentences(it, None, ["warm up"], translator.decode_cfg)
         app.state.ready = True
         log.info("ready: serving on %s:%d", cfg.host, cfg.port)
         yield

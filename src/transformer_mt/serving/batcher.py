@@ -342,12 +342,3 @@ class Batcher:
 
 class DecodingFailed(RuntimeError):
     """Decoding a request's sentences raised; the message says what."""
-
-
-def request_settings(base: DecodeConfig, cfg: ServeConfig, **asked) -> DecodeConfig:
-    """The decoding settings of one request: the model's, with what it asked for (None: not
-    asked), and the server's absolute output cap."""
-    asked = {k: v for k, v in asked.items() if v is not None}
-    capped = min(base.max_length, cfg.max_output_tokens) if base.max_length else \
-        cfg.max_output_tokens
-    return dataclasses.replace(base, **asked, max_length=capped)

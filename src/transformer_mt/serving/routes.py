@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 
 import torch
@@ -43,7 +43,6 @@ from .batcher import (
     Draining,
     QueueFull,
     QueueTimeout,
-    request_settings,
 )
 from .metrics import ServerMetrics
 
@@ -89,7 +88,7 @@ async def libretranslate(request: Request) -> LibreResponse:
     check_libre(body, it.languages)
     sentences = [body.q] if isinstance(body.q, str) else body.q
     results = await translate_sentences(
-        it, request, sentences, request_settings(it.translator.decode_cfg, it.cfg), field="q")
+        it, request, sentences, it.translator.decode_cfg, field="q")
     texts = [r[0].text if r else "" for r in results]
     detected = None
     if body.source == "auto" and it.languages is not None:
@@ -287,10 +286,11 @@ def checked_settings(body: TranslateRequest, translator: Translator, cfg: ServeC
     if body.n_best is not None and body.n_best > beam:
         raise Problem(422, f"n_best {body.n_best} exceeds beam_size {beam}", field="n_best",
                       limit=beam)
-    try:
-        return request_settings(translator.decode_cfg, cfg, beam_size=body.beam_size,
-                                n_best=body.n_best, length_penalty=body.alpha,
-                                max_length_offset=body.max_length_offset)
+    asked = {"beam_size": body.beam_size, "n_best": body.n_best, "length_penalty": body.alpha,
+             "max_length_offset": body.max_length_offset}
+    try:  # the server's decode.max_length stays the absolute output cap
+        return replace(translator.decode_cfg,
+                       **{k: v for k, v in asked.items() if v is not None})
     except ValueError as err:
         raise Problem(422, str(err)) from None
 

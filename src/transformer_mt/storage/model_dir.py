@@ -92,8 +92,9 @@ def read_config_json(path: Path) -> dict:
 def load_config_json(path: Path) -> tuple[ModelConfig, DecodeConfig]:
     """The model and decoding configs of a config.json (`read_config_json`), checked."""
     data = read_config_json(path)
-    try:
-        data = without_retired(data, str(path))
+    try:  # the sections read here: a training run's whole config has others beside them
+        data = without_retired({k: v for k, v in data.items() if k in ("model", "decode")},
+                               str(path))
         model_cfg = config_from_dict(ModelConfig, data["model"], "model")
         decode_cfg = config_from_dict(DecodeConfig, data.get("decode", {}), "decode")
     except ConfigError as err:
