@@ -2,7 +2,7 @@
 attention and activation dropout 0.1) on real batches, timed, optionally profiled: for A/B
 comparisons of two source trees, one process each, alternating.
 
-    PYTHONPATH=src python benchmarks/speed/recipe_step.py --data runs/multi30k-en-de/data \\
+    PYTHONPATH=src python benchmarks/archive/recipe_step.py --data runs/multi30k-en-de/data \\
         --dtype bf16 --steps 40 [--profile]
 
 Prints target tokens/s and ms a step over --steps steps after 10 warm-up steps.

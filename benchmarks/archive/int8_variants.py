@@ -15,7 +15,7 @@ tokens), the variants alternating for ROUNDS rounds (default 3).
 with each variant: sacreBLEU, lines that differ from float32's, lines that differ from the same
 variant at batch 64.
 
-    PYTHONPATH=src python benchmarks/speed/int8_variants.py speed DATA small
+    PYTHONPATH=src python benchmarks/archive/int8_variants.py speed DATA small
 """
 
 import os

@@ -3,7 +3,7 @@ commit b0b1e82's KV-cache reorder (index_select of the whole buffer) and attenti
 (fused except for bf16 training) against this commit's, alternating, ROUNDS rounds over the
 1,014 val sentences (batch 64, 30 forced tokens, random weights; shape small unless given).
 
-    PYTHONPATH=src python benchmarks/speed/kv_tight_ab.py DATA int8 4 [base]
+    PYTHONPATH=src python benchmarks/archive/kv_tight_ab.py DATA int8 4 [base]
 """
 
 import os

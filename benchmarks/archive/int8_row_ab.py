@@ -4,7 +4,7 @@ and the int8 weights a transposed view, against stacked projections (`stack_qkv`
 contiguous weights, alternating for ROUNDS rounds over the 1,014 val sentences (batch 64, 30
 forced tokens, random weights), greedy and beam 4, and one-sentence beam-4 latency.
 
-    PYTHONPATH=src python benchmarks/speed/int8_row_ab.py DATA [small|base]
+    PYTHONPATH=src python benchmarks/archive/int8_row_ab.py DATA [small|base]
 """
 
 import copy
