@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
+import logging
 import typing
 from pathlib import Path
 from typing import Any, Literal
 
 from ..config import ConfigError, checked_fields, read_yaml
+
+log = logging.getLogger(__name__)
 
 
 def add_config_options(parser: argparse.ArgumentParser, cls: type, section: str,
@@ -82,18 +86,13 @@ def add_overrides(parser: argparse.ArgumentParser) -> None:
 
 def overrides_given(args: argparse.Namespace) -> list[str]:
     """The command's `section.key=value` overrides, bare ones (with a warning) first."""
-    import logging
-
     for bare in args.bare_overrides:
-        logging.getLogger(__name__).warning("'%s': write --%s (the bare form will go)", bare,
-                                            bare)
+        log.warning("'%s': write --%s (the bare form will go)", bare, bare)
     return [*args.bare_overrides, *args.overrides]
 
 
 def as_overrides(values: dict[str, Any], section: str) -> list[str]:
     """`given` values as `section.key=value` overrides for `config.load_config` (YAML)."""
-    import json
-
     return [f"{section}.{key}={json.dumps(value)}" for key, value in values.items()]
 
 
