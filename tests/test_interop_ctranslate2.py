@@ -220,6 +220,7 @@ def test_serve_with_the_ctranslate2_engine_answers_as_our_engine(trained_model, 
         assert [t["text"] for t in body["translations"]] == expected
         status, info = http("GET", base + "/v1/models")
         assert status == 200 and info["model"]["d_model"] == 64
-        # the model's settings, with the server's per-row int8 scales (used only with --int8)
+        # the model's settings, with serve's defaults: per-row int8 scales (used only with
+        # --int8) and a 512-token output cap
         assert DecodeConfig(**info["decode"]) == dataclasses.replace(
-            Translator.from_dir(trained_model).decode_cfg, int8_scales="row")
+            Translator.from_dir(trained_model).decode_cfg, int8_scales="row", max_length=512)

@@ -18,7 +18,7 @@ from transformer_mt.inference.search import (
 )
 from transformer_mt.research.tree_search import TreeConstraints
 
-PAD, BOS, EOS, A, B = 0, 2, 3, 4, 5
+PAD, UNK, BOS, EOS, A, B = 0, 1, 2, 3, 4, 5
 
 
 @pytest.mark.parametrize("norm_first, kv_dtype",
@@ -157,7 +157,7 @@ class TableModel:
     """Next-token probabilities looked up by the tokens generated so far (BOS excluded)."""
 
     def __init__(self, table, default, vocab=6):
-        self.cfg = SimpleNamespace(pad_id=PAD, bos_id=BOS, eos_id=EOS)
+        self.cfg = SimpleNamespace(pad_id=PAD, bos_id=BOS, eos_id=EOS, unk_id=UNK)
         self.table, self.default, self.vocab = table, default, vocab
 
     def encode(self, src):
@@ -195,6 +195,18 @@ def test_hand_built_beam_without_length_penalty():
     assert [h.tokens for h in hyps] == [[A], [B, A]]
     assert [h.log_prob for h in hyps] == pytest.approx([math.log(0.3), math.log(0.285)])
     assert [h.score for h in hyps] == pytest.approx([math.log(0.3), math.log(0.285)])
+
+
+@pytest.mark.parametrize("search", [greedy_search, beam_search])
+def test_without_allow_unk_no_unknown_piece_is_written_and_scores_stay_the_models(search):
+    # <unk> is the most likely first token; Marian's --allow-unk false (its default) removes
+    # it from the candidates without renormalising: [A] keeps log P = log .3, not log .3/.4
+    model = TableModel({(): {UNK: 0.6, A: 0.3, EOS: 0.1}}, {EOS: 1.0})
+    cfg = DecodeConfig(beam_size=2, n_best=1, length_penalty=0.0)
+    allowed = search(model, SRC, cfg)[0][0]
+    assert (allowed.tokens, allowed.log_prob) == ([UNK], pytest.approx(math.log(0.6)))
+    banned = search(model, SRC, dataclasses.replace(cfg, allow_unk=False))[0][0]
+    assert (banned.tokens, banned.log_prob) == ([A], pytest.approx(math.log(0.3)))
 
 
 def test_hand_built_beam_with_length_penalty():

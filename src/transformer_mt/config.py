@@ -161,6 +161,7 @@ class ModelConfig:
     pad_id: int = option(0, "the padding token's id")
     bos_id: int = option(2, "the id that starts the decoder's input")
     eos_id: int = option(3, "the end-of-sentence id")
+    unk_id: int = option(1, "the unknown piece's id (decode.allow_unk)")
 
     def __post_init__(self):
         _check_positive(self, "vocab_size", "d_model", "n_heads", "d_ff", "max_positions")
@@ -183,7 +184,7 @@ class ModelConfig:
         if self.separate_vocabularies and self.weight_tying in ("three_way", "embeddings"):
             raise ValueError(f"model.weight_tying={self.weight_tying} ties the source and target "
                              "embeddings, which separate vocabularies (target_vocab_size) cannot")
-        for name in ("pad_id", "bos_id", "eos_id"):
+        for name in ("pad_id", "bos_id", "eos_id", "unk_id"):
             if not 0 <= getattr(self, name) < min(self.vocab_size, self.tgt_vocab_size):
                 raise ValueError(f"model.{name}={getattr(self, name)} is outside the vocabulary")
         _check_choice(self, "activation", "positional", "sinusoid_layout", "weight_tying")
@@ -231,6 +232,9 @@ class DecodeConfig:
     max_length_offset: int = option(
         50, "an output has at most (source length + this) tokens, EOS included (§6.1: 50)")
     min_length: int = option(0, "not in the paper: no EOS before this many tokens; 0: off")
+    allow_unk: bool = option(
+        True, "not in the paper: false: the unknown piece (<unk>) is never written (Marian's "
+              "default, its --allow-unk; CTranslate2's disable_unk)")
     max_length: int = option(0, "not in the paper: a cap on top of source length + offset; "
                                 "0: off (serve: 512, so that no input makes the server write "
                                 "a longer output)", serve_default=512)

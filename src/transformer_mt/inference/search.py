@@ -125,18 +125,20 @@ class LogitsProcessor(Protocol):
 
 
 def _next_log_probs(model, tokens_BT: Tensor, memory, cache, max_len_B: Tensor,
-                    min_length: int, position_B: Tensor | None = None,
+                    cfg: DecodeConfig, position_B: Tensor | None = None,
                     processor: tuple[LogitsProcessor, Tensor] | None = None) -> Tensor:
     """Log-probabilities (B, V) of the next token; padding never (as fairseq, and Marian's
-    bad_words_ids), EOS forced where max_len_B is reached and forbidden while the output is
-    shorter than min_length. position_B: the next token is the position-th of each row's
-    output (None: the tokens' length, for every row). processor: a LogitsProcessor and each
-    row's state (B,)."""
+    bad_words_ids), <unk> never without cfg.allow_unk, EOS forced where max_len_B is reached
+    and forbidden while the output is shorter than cfg.min_length. position_B: the next token
+    is the position-th of each row's output (None: the tokens' length, for every row).
+    processor: a LogitsProcessor and each row's state (B,)."""
     logits_BV = model.decode(tokens_BT[:, -1:], memory, cache)[:, -1].float()
     logp_BV = torch.log_softmax(logits_BV, dim=-1)
-    eos = model.cfg.eos_id
+    eos, min_length = model.cfg.eos_id, cfg.min_length
     if model.cfg.pad_id != eos:
         logp_BV[:, model.cfg.pad_id] = float("-inf")
+    if not cfg.allow_unk:  # log P as the model gives it, as Marian's scores
+        logp_BV[:, model.cfg.unk_id] = float("-inf")
     position = tokens_BT.size(1) if position_B is None else position_B
     if min_length:
         too_short = torch.as_tensor(position < min_length, device=logp_BV.device)  # () or (B,)
@@ -212,7 +214,7 @@ def _sequential_search(model: DecodingModel, src_BS: Tensor, cfg: DecodeConfig,
     log_prob_A = torch.zeros(B, device=device)
     hyps: list[list[Hypothesis]] = [[] for _ in range(B)]
     while len(active_A):
-        logp_AV = _next_log_probs(model, tokens_AT, memory, cache, max_len_A, cfg.min_length,
+        logp_AV = _next_log_probs(model, tokens_AT, memory, cache, max_len_A, cfg,
                                   processor=(processor, state_A) if processor else None)
         next_A = choose(logp_AV)
         log_prob_A += logp_AV.gather(1, next_A[:, None]).squeeze(1)
@@ -338,7 +340,7 @@ class BeamSearch:
         # tokens of a hypothesis that ends now, EOS included
         length_A = self.tokens_AnT.size(1) - self.first_A
         logp_AnV = _next_log_probs(self.model, self.tokens_AnT, self.memory, self.cache,
-                                   self.max_len_A.repeat_interleave(n), cfg.min_length,
+                                   self.max_len_A.repeat_interleave(n), cfg,
                                    length_A.repeat_interleave(n) if self.joined else None,
                                    (self.processor, self.state_A.repeat_interleave(n))
                                    if self.processor else None)

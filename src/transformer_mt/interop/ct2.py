@@ -123,7 +123,7 @@ def transformer_spec(model: Transformer, vocab: Vocabulary | MarianVocabulary):
     spec.config.layer_norm_epsilon = cfg.layer_norm_eps
     spec.config.decoder_start_token = spec.config.bos_token = pieces[cfg.bos_id]
     spec.config.eos_token = pieces[cfg.eos_id]
-    spec.config.unk_token = pieces[vocab.unk_id if isinstance(vocab, MarianVocabulary) else 1]
+    spec.config.unk_token = pieces[cfg.unk_id]
     return spec
 
 
@@ -284,7 +284,7 @@ class CTranslate2Translator(Translator):
             tokens, max_batch_size=len(tokens), max_decoding_length=cap,
             min_decoding_length=max(cfg.min_length - 1, 0), max_input_length=0,
             return_end_token=True, return_scores=True, suppress_sequences=self._banned,
-            **options)
+            disable_unk=not cfg.allow_unk, **options)
         # the scores are log P / |Y|^lp, |Y| counting EOS where it is returned
         lp = options["length_penalty"]
         return [[(h, score * max(len(h), 1) ** lp) for h, score in zip(o.hypotheses, o.scores,

@@ -112,7 +112,7 @@ def fairseq_model_config(args: dict[str, Any], vocab_size: int, target_vocab_siz
         max_positions=min(args.get("max_source_positions", 1024),
                           args.get("max_target_positions", 1024)),
         scale_embeddings=not args.get("no_scale_embedding", False), weight_tying=tying,
-        pad_id=1, bos_id=2, eos_id=2)
+        pad_id=1, bos_id=2, eos_id=2, unk_id=SPECIALS.index("<unk>"))
 
 
 def fairseq_state(cfg: ModelConfig, theirs: dict[str, torch.Tensor],

@@ -240,7 +240,8 @@ def import_marian(src_dir: str | Path, out_dir: str | Path) -> Path:
         theirs = read_foreign_weights(weights)
     except ModelLoadError as err:
         raise ConversionError(str(err)) from None
-    cfg = dataclasses.replace(cfg, weight_tying=weight_tying(theirs, weights))
+    cfg = dataclasses.replace(cfg, weight_tying=weight_tying(theirs, weights),
+                              unk_id=vocab.unk_id)
     state, decode = marian_state(cfg, theirs, weights), marian_decode_config(hf, cfg)
     if isinstance(hf.get(OURS), dict):
         cfg, state, decode = _restored(cfg, state, hf[OURS], src_dir / HF_CONFIG_FILE)

@@ -144,7 +144,7 @@ def model_config(config: dict[str, Any], path: Path) -> ModelConfig:
         attention_bias=True, layer_norm_eps=EPS, positional="sinusoidal",
         sinusoid_layout="concat", output_bias=True,  # -1e4 for <pad> at least
         weight_tying="three_way" if config.get("tied-embeddings-all") else "embeddings",
-        dropout=0.1, pad_id=n, bos_id=n, eos_id=0)
+        dropout=0.1, pad_id=n, bos_id=n, eos_id=0, unk_id=1)
 
 
 def _tensor(arrays: dict[str, np.ndarray], name: str, path: Path) -> np.ndarray:
@@ -196,14 +196,16 @@ def model_state(cfg: ModelConfig, arrays: dict[str, np.ndarray], path: Path
 
 
 def decode_config(settings: dict[str, Any], path: Path) -> DecodeConfig:
-    """decoder.yml's beam, |Y|^alpha normalisation and length cap (a factor of the source's
-    length, EOS counted); a word penalty is refused."""
+    """decoder.yml's beam, |Y|^alpha normalisation, length cap (a factor of the source's
+    length, EOS counted) and allow-unk (Marian writes no <unk> unless told); a word penalty is
+    refused."""
     if settings.get("word-penalty", 0):
         raise ConversionError(f"{path}: word-penalty={settings['word-penalty']} (not supported)")
     return DecodeConfig(beam_size=settings.get("beam-size", 12), length_normalization="power",
                         length_penalty=settings.get("normalize", 0.0), beam_stop="shrink",
                         max_length_factor=settings.get("max-length-factor", 3.0),
-                        max_length=settings.get("max-length", 1000), max_length_offset=1000)
+                        max_length=settings.get("max-length", 1000), max_length_offset=1000,
+                        allow_unk=bool(settings.get("allow-unk", False)))
 
 
 def pieces_of(path: Path, size: int) -> list[str]:
