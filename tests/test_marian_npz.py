@@ -46,12 +46,16 @@ def test_marian_config_and_decoding_settings_are_carried(imported):
             decode.beam_stop, decode.max_length_factor) == (4, "power", 0.6, "shrink", 3.0)
 
 
-def test_beam_n_best_lists_and_scores_equal_marians(imported):
+@pytest.mark.parametrize(("marian_file", "factor"), [("nbest.txt", 3.0),
+                                                    ("nbest-cap.txt", 0.5)])
+def test_beam_n_best_lists_and_scores_equal_marians(imported, marian_file, factor):
     """Every sentence's 4-best list, in order, and each score within 1e-3 of Marian's (which
-    prints 6 significant digits)."""
-    expected = marian_nbest(FIXTURE / "nbest.txt")
+    prints 6 significant digits); at --max-length-factor 0.5 too, where most hypotheses end at
+    Marian's length cap: with their last piece, no EOS, scored without it."""
+    expected = marian_nbest(FIXTURE / marian_file)
     sources = (FIXTURE / "test.src").read_text(encoding="utf-8").splitlines()
-    translator = Translator.from_dir(imported, n_best=4, batch_size=1)
+    translator = Translator.from_dir(imported, n_best=4, batch_size=1,
+                                     max_length_factor=factor)
     ours = translator.translate_nbest(sources)
     assert len(ours) == len(expected) == 50
     for i, (theirs, mine) in enumerate(zip(expected, ours, strict=True)):

@@ -209,6 +209,24 @@ def test_without_allow_unk_no_unknown_piece_is_written_and_scores_stay_the_model
     assert (banned.tokens, banned.log_prob) == ([A], pytest.approx(math.log(0.3)))
 
 
+@pytest.mark.parametrize("search", [greedy_search, beam_search])
+def test_at_marians_length_cap_an_output_ends_with_its_last_piece(search):
+    # source A A EOS: 3 tokens; factor 1: at most 3 pieces, then the output ends without EOS,
+    # scored without it and normalised by its 3 pieces (Marian's max-length-factor); the
+    # same cap as max_length (4 tokens, EOS included) forces EOS and scores it
+    model = TableModel({}, {A: 0.7, B: 0.25, EOS: 0.05})
+    cfg = DecodeConfig(beam_size=2, length_normalization="power", length_penalty=1.0,
+                       max_length_offset=100)
+    marian = search(model, SRC, dataclasses.replace(cfg, max_length_factor=1.0))[0][0]
+    assert marian.tokens == [A, A, A]
+    assert (marian.log_prob, marian.score) == pytest.approx((3 * math.log(0.7),
+                                                             math.log(0.7)))
+    forced = search(model, SRC, dataclasses.replace(cfg, max_length=4))[0][0]
+    assert forced.tokens == [A, A, A]
+    logp = 3 * math.log(0.7) + math.log(0.05)
+    assert (forced.log_prob, forced.score) == pytest.approx((logp, logp / 4))
+
+
 def test_hand_built_beam_with_length_penalty():
     # Same search; lp(2) = (7/6)^0.6, lp(3) = (8/6)^0.6 lets the longer [B A] win.
     hyps = beam_search(TableModel(TABLE, {EOS: 1.0}), SRC,
@@ -568,13 +586,14 @@ def test_balanced_brackets_close_only_what_is_open_and_not_empty(search):
 
 def test_output_length_caps_by_offset_cap_and_factor():
     """Source lengths 4 and 10 (EOS counted): §6.1's length + 50, capped by max_length, and
-    by max_length_factor x the length, rounded down (Marian's max-length-factor)."""
+    by Marian's max-length-factor: the length x the factor, rounded up, pieces and the end."""
     lengths = torch.tensor([4, 10])
     caps = lambda **kw: decoding.output_length_caps(lengths, DecodeConfig(**kw)).tolist()  # noqa: E731
     assert caps() == [54, 60]
     assert caps(max_length=20) == [20, 20]
-    assert caps(max_length_factor=1.5) == [6, 15]
-    assert caps(max_length_factor=1.5, max_length=12) == [6, 12]
+    assert caps(max_length_factor=1.5) == [7, 16]
+    assert caps(max_length_factor=1.45) == [7, 16]  # 5.8 and 14.5 pieces, rounded up
+    assert caps(max_length_factor=1.5, max_length=12) == [7, 12]
     assert caps(max_length_factor=0.1, min_length=2) == [2, 2]
     with pytest.raises(ValueError, match="max_length_factor"):
         DecodeConfig(max_length_factor=-1)

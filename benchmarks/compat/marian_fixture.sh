@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The Marian-made fixture of tests/test_marian_npz.py: a tiny transformer trained by Marian
 # itself (300 updates, one thread, seed 1) on a synthetic word-mapping task, its SentencePiece
-# vocabulary trained by Marian, and Marian's own beam-4 n-best lists (normalize 0.6) and greedy
-# outputs for 50 test sentences, decoded one sentence per batch. The tests check parity against
-# these files without installing Marian.
+# vocabulary trained by Marian, and Marian's own beam-4 n-best lists (normalize 0.6), the same
+# at --max-length-factor 0.5 (where the length cap ends most hypotheses) and greedy outputs for
+# 50 test sentences, decoded one sentence per batch. The tests check parity against these files
+# without installing Marian.
 #   benchmarks/compat/marian_fixture.sh [OUT]   (default tests/data/marian; needs marian_env.sh)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -50,8 +51,9 @@ YML
 decode() { "$MARIAN" decode -c decoder.yml --cpu-threads 1 --mini-batch 1 --maxi-batch 1 \
   --quiet "$@" -i test.src; }
 decode --n-best -o nbest.txt
+decode --n-best --max-length-factor 0.5 -o nbest-cap.txt
 decode --beam-size 1 -o greedy.txt
 mkdir -p "$OUT"
-cp model.npz vocab.spm decoder.yml test.src nbest.txt greedy.txt "$OUT"/
+cp model.npz vocab.spm decoder.yml test.src nbest.txt nbest-cap.txt greedy.txt "$OUT"/
 "$MARIAN" --version > "$OUT/MARIAN_VERSION" 2>&1
 ls -la "$OUT"

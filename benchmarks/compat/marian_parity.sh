@@ -6,7 +6,9 @@
 # test_2016_flickr (1,000 sentences) greedy and with beam 4 (normalize 0.6), one sentence per
 # batch (so that its length cap is each sentence's own, as ours is); `transformer-mt import
 # marian` imports the directory and `translate` decodes the same sentences with the decoding
-# settings it imported. compare_outputs.py counts the identical lines.
+# settings it imported; both also write the 4-best lists of the first 100 sentences with their
+# scores. compare_outputs.py counts the identical lines and n-best lists and the largest score
+# difference.
 #   benchmarks/compat/marian_parity.sh OUT [UPDATES] [DATA]   (DATA: ../shared/data)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -44,11 +46,16 @@ marian_decode() {  # BEAM OUTPUT
 }
 marian_decode 4 "$OUT/marian.beam4.de"
 marian_decode 1 "$OUT/marian.greedy.de"
+head -n 100 "$OUT/test.en" > "$OUT/test100.en"
+"$MARIAN" decode -c "$MODEL/decoder.yml" --cpu-threads 1 --mini-batch 1 --maxi-batch 1 \
+  -b 4 --n-best -i "$OUT/test100.en" -o "$OUT/marian.nbest4.txt" --quiet
 transformer-mt import marian "$MODEL" --out "$OUT/ours"
 OMP_NUM_THREADS=1 transformer-mt translate --model "$OUT/ours" --input "$OUT/test.en" \
   --output "$OUT/ours.beam4.de"
 OMP_NUM_THREADS=1 transformer-mt translate --model "$OUT/ours" --input "$OUT/test.en" \
   --output "$OUT/ours.greedy.de" --beam-size 1 --strategy greedy
+OMP_NUM_THREADS=1 transformer-mt translate --model "$OUT/ours" --input "$OUT/test100.en" \
+  --output "$OUT/ours.nbest4.txt" --n-best 4
 "$MARIAN" --version > "$OUT/MARIAN_VERSION" 2>&1
 python3 "$(dirname "$0")/compare_outputs.py" "$OUT" "$OUT/test.de" > "$OUT/parity.json"
 cat "$OUT/parity.json"

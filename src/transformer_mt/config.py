@@ -239,8 +239,9 @@ class DecodeConfig:
                                 "0: off (serve: 512, so that no input makes the server write "
                                 "a longer output)", serve_default=512)
     max_length_factor: float = option(
-        0.0, "not in the paper: a cap of this x the source's length (EOS counted on both sides, "
-        "rounded down; Marian's max-length-factor); 0: off")
+        0.0, "not in the paper, Marian's max-length-factor: at most this x the source's length "
+        "(EOS counted), rounded up, pieces; an output that reaches this or any other cap then "
+        "ends without EOS, scored without it, as Marian's do; 0: off")
     n_best: int = option(1, "hypotheses returned per sentence (<= beam size); translate prints "
                             "them as 'index<TAB>score<TAB>text'")
     batch_size: int = option(64, "sentences per decoding batch (sorted by length)")

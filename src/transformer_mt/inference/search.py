@@ -90,14 +90,30 @@ def max_output_lengths(src_BS: Tensor, pad_id: int, cfg: DecodeConfig) -> Tensor
 
 def output_length_caps(src_len_B: Tensor, cfg: DecodeConfig) -> Tensor:
     """(B,) the longest output allowed for sources of these lengths (EOS included): the
-    length + offset (§6.1), capped by cfg.max_length and the length x cfg.max_length_factor
-    when set, never below cfg.min_length."""
+    length + offset (§6.1), capped by cfg.max_length and, when set, by Marian's
+    max-length-factor: the length x cfg.max_length_factor, rounded up, pieces and then the end
+    (`ends_without_eos`); never below cfg.min_length."""
     max_len_B = src_len_B + cfg.max_length_offset
     if cfg.max_length:
         max_len_B = max_len_B.clamp(max=cfg.max_length)
     if cfg.max_length_factor:
-        max_len_B = torch.minimum(max_len_B, (src_len_B * cfg.max_length_factor).long())
+        pieces_B = torch.ceil(src_len_B * cfg.max_length_factor).long()
+        max_len_B = torch.minimum(max_len_B, pieces_B + 1)
     return max_len_B.clamp(min=max(cfg.min_length, 1))
+
+
+def ends_without_eos(cfg: DecodeConfig) -> bool:
+    """Whether an output that reaches its length cap ends with its last piece, as Marian's do
+    (with decode.max_length_factor, Marian's cap): the EOS the search then forces costs
+    nothing and is not counted in the length that normalises the score. Otherwise EOS is the
+    last token allowed and scored as the model gives it (fairseq, tensor2tensor)."""
+    return bool(cfg.max_length_factor)
+
+
+def ended_length(length: int, at_cap: bool, cfg: DecodeConfig) -> int:
+    """The length that normalises a finished output's score: its tokens, EOS included, less
+    the free EOS of an output that ended at its cap Marian's way."""
+    return length - 1 if at_cap and ends_without_eos(cfg) and length > 1 else length
 
 
 def cache_dtype(cfg: DecodeConfig) -> torch.dtype | None:
@@ -145,7 +161,8 @@ def _next_log_probs(model, tokens_BT: Tensor, memory, cache, max_len_B: Tensor,
         logp_BV[:, eos].masked_fill_(too_short, float("-inf"))
     at_limit_B = max_len_B <= position  # the next token is the last one allowed
     if bool(at_limit_B.any()):  # only then: a pass over (B, V)
-        eos_lp_B = logp_BV[:, eos].clone()
+        eos_lp_B = torch.zeros_like(logp_BV[:, eos]) if ends_without_eos(cfg) else \
+            logp_BV[:, eos].clone()
         logp_BV.masked_fill_(at_limit_B[:, None], float("-inf"))
         logp_BV[:, eos] = torch.where(at_limit_B, eos_lp_B, logp_BV[:, eos])
     if processor is not None:
@@ -222,10 +239,12 @@ def _sequential_search(model: DecodingModel, src_BS: Tensor, cfg: DecodeConfig,
         done_A = next_A.eq(mcfg.eos_id)
         if bool(done_A.any()):
             n = tokens_AT.size(1) - 1  # tokens of the output, EOS included
+            at_cap = (max_len_A <= n).tolist()
             for a in done_A.nonzero().flatten().tolist():
                 lp = float(log_prob_A[a])
-                hyps[int(active_A[a])] = [Hypothesis(tokens_AT[a, 1:n].tolist(), lp,
-                                                     lp / length_norm(n, cfg))]
+                hyps[int(active_A[a])] = [Hypothesis(
+                    tokens_AT[a, 1:n].tolist(), lp,
+                    lp / length_norm(ended_length(n, at_cap[a], cfg), cfg))]
             keep_A = (~done_A).nonzero().flatten()
             active_A, tokens_AT = active_A[keep_A], tokens_AT[keep_A]
             log_prob_A, max_len_A = log_prob_A[keep_A], max_len_A[keep_A]
@@ -356,12 +375,13 @@ class BeamSearch:
         ends = (is_eos_A2N & placed_A2N & top_lp_A2N.isfinite()).nonzero().tolist()
         if ends:
             lengths, firsts = length_A.tolist(), self.first_A.tolist()
+            at_cap = (self.max_len_A <= length_A).tolist()
         for a, j in ends:
             lp = float(top_lp_A2N[a, j])
             row = a * n + int(origin_A2N[a, j])
             self.finished[a].append(Hypothesis(
                 self.tokens_AnT[row, firsts[a] + 1 :].tolist(), lp,
-                lp / length_norm(lengths[a], cfg)))
+                lp / length_norm(ended_length(lengths[a], at_cap[a], cfg), cfg)))
         # alive: the N best others (fairseq), or with "shrink" the others that took a place
         out_A2N = is_eos_A2N | ~placed_A2N if cfg.beam_stop == "shrink" else is_eos_A2N
         self.alive_lp_An, pick_AN = top_lp_A2N.masked_fill(out_A2N, float("-inf")).topk(N, dim=1)

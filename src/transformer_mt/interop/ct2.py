@@ -198,6 +198,10 @@ class CTranslate2Translator(Translator):
             raise ValueError(f"{ct2_dir}: vocabulary of {len(vocab)} / {vocab.target_size} "
                              f"pieces, the model expects {model_cfg.vocab_size} / "
                              f"{model_cfg.tgt_vocab_size}")
+        if decode.max_length_factor:
+            raise ConfigError(f"decode.max_length_factor={decode.max_length_factor}: Marian's "
+                              "length cap, whose outputs end without EOS, is our engine's "
+                              "only (--engine torch)")
         if decode.beam_stop != "n_finished":
             raise ConfigError(f"decode.beam_stop={decode.beam_stop}: CTranslate2's beam stops "
                               "once beam_size hypotheses have finished (n_finished)")
