@@ -5,10 +5,9 @@ update on Multi30k's training text, Marian's own 8k SentencePiece vocabulary), i
 bias set to -1e4 so that no output ends early, and imported into ours (`transformer-mt import
 marian`). Both engines then translate the same file of sentences that are each exactly LENGTH
 pieces long, so that every output runs to the length cap, max-length-factor x (LENGTH + 1)
-pieces, a whole number, for both engines (both write the same pieces; ours then takes one more
-decoder step, for the EOS that ends an output at Marian's cap at no cost: docs/interop.md),
-greedy and beam 4, batches of 64 sentences; the result records the steps each engine took per
-sentence. Each engine runs
+pieces, a whole number of decoder steps for both engines (an output that reaches Marian's cap
+ends with its last piece: docs/interop.md), greedy and beam 4, batches of 64 sentences; the
+result records the pieces each engine wrote per sentence. Each engine runs
 as its command line ships (`pymarian decode`; `transformer-mt translate`), in turns, round
 after round; a configuration's speed is (sentences - few) / (time of all - time of few), which
 cancels process start and model loading.
@@ -143,7 +142,7 @@ def main() -> None:
     files = {"all": args.work / "all.src", "few": args.work / "few.src"}
     files["all"].write_text("\n".join(sentences) + "\n", encoding="utf-8")
     files["few"].write_text("\n".join(sentences[:FEW]) + "\n", encoding="utf-8")
-    steps = args.factor * (args.length + 1)  # pieces per output: Marian's steps; ours one more
+    steps = args.factor * (args.length + 1)  # decoder steps per sentence, in both engines
     if steps != int(steps):
         p.error(f"--factor x (--length + 1) = {steps}: choose them to give whole steps")
     cells = [(e, b) for b in map(int, args.beams.split()) for e in engines]
@@ -158,9 +157,8 @@ def main() -> None:
                 run[which] = timed(*commands(engine, beam, args.threads, model, args.factor,
                                              files[which], out))
             times[key].append(run)
-            if key not in lengths:  # decoder steps: ours, its pieces and the free EOS
-                lengths[key] = statistics.mean(output_lengths(out, vocab)) + \
-                    (model == ours)
+            if key not in lengths:  # pieces written: one per decoder step
+                lengths[key] = statistics.mean(output_lengths(out, vocab))
             print(f"round {r + 1} {key}: {run['all']:.2f} s all, {run['few']:.2f} s few",
                   flush=True)
     rate = {k: [(args.sentences - FEW) / (t["all"] - t["few"]) for t in v]

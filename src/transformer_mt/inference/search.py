@@ -236,15 +236,17 @@ def _sequential_search(model: DecodingModel, src_BS: Tensor, cfg: DecodeConfig,
         next_A = choose(logp_AV)
         log_prob_A += logp_AV.gather(1, next_A[:, None]).squeeze(1)
         tokens_AT = torch.cat([tokens_AT, next_A[:, None]], dim=1)
-        done_A = next_A.eq(mcfg.eos_id)
+        n = tokens_AT.size(1) - 1  # tokens of the output
+        ended_A = next_A.eq(mcfg.eos_id)
+        # at Marian's cap, where the next token would be a free EOS, the output ends now
+        done_A = ended_A | (max_len_A <= n + 1) if ends_without_eos(cfg) else ended_A
         if bool(done_A.any()):
-            n = tokens_AT.size(1) - 1  # tokens of the output, EOS included
-            at_cap = (max_len_A <= n).tolist()
+            at_cap, ended = (max_len_A <= n).tolist(), ended_A.tolist()
             for a in done_A.nonzero().flatten().tolist():
-                lp = float(log_prob_A[a])
-                hyps[int(active_A[a])] = [Hypothesis(
-                    tokens_AT[a, 1:n].tolist(), lp,
-                    lp / length_norm(ended_length(n, at_cap[a], cfg), cfg))]
+                lp, pieces = float(log_prob_A[a]), n - ended[a]
+                length = ended_length(n, at_cap[a], cfg) if ended[a] else n
+                hyps[int(active_A[a])] = [Hypothesis(tokens_AT[a, 1 : 1 + pieces].tolist(),
+                                                     lp, lp / length_norm(length, cfg))]
             keep_A = (~done_A).nonzero().flatten()
             active_A, tokens_AT = active_A[keep_A], tokens_AT[keep_A]
             log_prob_A, max_len_A = log_prob_A[keep_A], max_len_A[keep_A]
@@ -390,11 +392,27 @@ class BeamSearch:
         self.tokens_AnT = torch.cat([self.tokens_AnT[rows],
                                      token_A2N.gather(1, pick_AN).view(-1, 1)], 1)
         self.cache.reorder(rows, beams=N)
-        at_limit = (self.max_len_A <= length_A).tolist()  # one read, not one per sentence
+        free_end = ends_without_eos(cfg)  # then the forced EOS costs nothing: end here
+        at_limit = (self.max_len_A <= length_A + free_end).tolist()  # one read, not one each
+        if free_end and any(at_limit):
+            self._end_at_cap([a for a in range(A) if at_limit[a]], length_A.tolist())
         bound = _best_possible_scores(self.alive_lp_An, self.max_len_A, cfg)
         still = [a for a in range(A)
                  if not at_limit[a] and not _beam_done(self.finished[a], N, bound[a])]
         return self._leave(still) if len(still) < A else []
+
+    def _end_at_cap(self, sentences: list[int], lengths: list[int]) -> None:
+        """The live hypotheses of `sentences`, whose next token would be the EOS that ends an
+        output at Marian's cap at no cost, finish now as that step would finish them, without
+        the decoder step: their pieces, log P, normalised by their pieces."""
+        N = self.alive_lp_An.size(1)
+        alive_lp, firsts = self.alive_lp_An.tolist(), self.first_A.tolist()
+        for a in sentences:
+            for k, lp in enumerate(alive_lp[a]):
+                if lp != float("-inf"):
+                    self.finished[a].append(Hypothesis(
+                        self.tokens_AnT[a * N + k, firsts[a] + 1 :].tolist(), lp,
+                        lp / length_norm(lengths[a], self.cfg)))
 
     def _places(self, A: int, N: int, device: torch.device) -> Tensor:
         """(A, 2N): which of each sentence's 2N best extensions take a place in its beam (an
