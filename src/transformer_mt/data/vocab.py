@@ -13,7 +13,7 @@ from pathlib import Path
 
 import sentencepiece as spm
 
-from ..storage.names import MARIAN_FILES, TARGET_VOCAB_FILE, VOCAB_FILE
+from ..storage.names import MARIAN_FILES, MARIAN_VOCAB_FILE, TARGET_VOCAB_FILE, VOCAB_FILE
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 WORD_BOUNDARY = "\u2581"  # SentencePiece's mark of a space before a piece
@@ -102,7 +102,8 @@ class MarianVocabulary:
         self.target_piece_ids = target_piece_ids or piece_ids
         self.pieces = {i: piece for piece, i in self.target_piece_ids.items()}  # target side
         self.source_pieces = {i: piece for piece, i in piece_ids.items()}
-        for ids, name in ((piece_ids, "vocab.json"), (self.target_piece_ids, TARGET_VOCAB_FILE)):
+        for ids, name in ((piece_ids, MARIAN_VOCAB_FILE),
+                          (self.target_piece_ids, TARGET_VOCAB_FILE)):
             missing = [p for p in self.SPECIALS if p not in ids]
             if missing:
                 raise VocabularyError(f"{path.parent / name if path else name}: no "
@@ -119,7 +120,7 @@ class MarianVocabulary:
         """From a directory holding source.spm, target.spm and vocab.json."""
         model_dir = Path(model_dir)
         source, target = (load_processor(model_dir / name) for name in MARIAN_FILES[:2])
-        path, target_path = model_dir / MARIAN_FILES[2], model_dir / TARGET_VOCAB_FILE
+        path, target_path = model_dir / MARIAN_VOCAB_FILE, model_dir / TARGET_VOCAB_FILE
         target_ids = _read_piece_ids(target_path) if target_path.exists() else None
         return cls(source, target, _read_piece_ids(path), path, target_ids)
 
@@ -198,6 +199,6 @@ def load_model_vocabulary(model_dir: str | Path) -> Vocabulary | MarianVocabular
     """A model directory's vocabulary: Marian's three files where vocab.json is there, else
     the SentencePiece model."""
     model_dir = Path(model_dir)
-    if (model_dir / MARIAN_FILES[2]).exists():
+    if (model_dir / MARIAN_VOCAB_FILE).exists():
         return MarianVocabulary.load(model_dir)
     return Vocabulary.load(model_dir / VOCAB_FILE)

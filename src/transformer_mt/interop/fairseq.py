@@ -29,7 +29,7 @@ import torch
 from ..config import DecodeConfig, ModelConfig
 from ..data.vocab import MarianVocabulary
 from ..storage.model_dir import ModelLoadError, load_torch_file, model_from_weights, save_model
-from ..storage.names import MARIAN_FILES, TARGET_VOCAB_FILE
+from ..storage.names import MARIAN_FILES, MARIAN_VOCAB_FILE, TARGET_VOCAB_FILE
 from . import ConversionError
 from .layout import layer_names
 
@@ -212,7 +212,7 @@ def import_fairseq(checkpoint: str | Path, out_dir: str | Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     for name in MARIAN_FILES[:2]:
         shutil.copyfile(sentencepiece[0], out_dir / name)
-    maps = [(MARIAN_FILES[2], source)] + ([(TARGET_VOCAB_FILE, target)] if target != source
+    maps = [(MARIAN_VOCAB_FILE, source)] + ([(TARGET_VOCAB_FILE, target)] if target != source
                                           else [])
     for name, pieces in maps:
         (out_dir / name).write_text(json.dumps({p: i for i, p in enumerate(pieces)},

@@ -50,7 +50,7 @@ from ..storage.model_dir import (
     read_foreign_weights,
     save_model,
 )
-from ..storage.names import MARIAN_FILES, TARGET_VOCAB_FILE, copy_vocabulary
+from ..storage.names import MARIAN_FILES, MARIAN_VOCAB_FILE, TARGET_VOCAB_FILE, copy_vocabulary
 from . import ConversionError
 from .layout import layer_names, relayout_sinusoids
 from .marian_npz import import_marian_npz, is_marian_directory
@@ -227,13 +227,13 @@ def import_marian(src_dir: str | Path, out_dir: str | Path) -> Path:
     cfg = marian_model_config(hf, src_dir / HF_CONFIG_FILE)
     vocab = MarianVocabulary.load(src_dir)
     if len(vocab) != cfg.vocab_size:
-        raise ConversionError(f"{src_dir / 'vocab.json'}: {len(vocab)} pieces, but config.json "
-                              f"has vocab_size {cfg.vocab_size}")
+        raise ConversionError(f"{src_dir / MARIAN_VOCAB_FILE}: {len(vocab)} pieces, but "
+                              f"config.json has vocab_size {cfg.vocab_size}")
     if vocab.target_size != cfg.tgt_vocab_size:
         raise ConversionError(f"{src_dir / TARGET_VOCAB_FILE}: {vocab.target_size} pieces, but "
                               f"config.json has decoder_vocab_size {cfg.tgt_vocab_size}")
     if (vocab.pad_id, vocab.eos_id) != (cfg.pad_id, cfg.eos_id):
-        raise ConversionError(f"{src_dir / 'vocab.json'}: <pad> {vocab.pad_id} and </s> "
+        raise ConversionError(f"{src_dir / MARIAN_VOCAB_FILE}: <pad> {vocab.pad_id} and </s> "
                               f"{vocab.eos_id}, config.json: pad_token_id {cfg.pad_id}, "
                               f"eos_token_id {cfg.eos_id}")
     try:
@@ -340,7 +340,7 @@ def _write_marian_vocabulary(vocab: Vocabulary | MarianVocabulary, model_dir: Pa
         for name in MARIAN_FILES[:2]:
             shutil.copyfile(vocab.path, out_dir / name)
         pieces = {vocab.sp.id_to_piece(i): i for i in range(len(vocab))}
-        (out_dir / MARIAN_FILES[2]).write_text(json.dumps(pieces, ensure_ascii=False),
+        (out_dir / MARIAN_VOCAB_FILE).write_text(json.dumps(pieces, ensure_ascii=False),
                                                encoding="utf-8")
     (out_dir / TOKENIZER_FILE).write_text(json.dumps(
         {"tokenizer_class": "MarianTokenizer",

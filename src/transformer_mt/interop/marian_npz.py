@@ -29,7 +29,7 @@ from ..config import DecodeConfig, ModelConfig
 from ..data.vocab import load_processor
 from ..storage.files import atomic_write_text
 from ..storage.model_dir import ModelLoadError, model_from_weights, save_model
-from ..storage.names import MARIAN_FILES
+from ..storage.names import MARIAN_FILES, MARIAN_VOCAB_FILE
 from . import ConversionError
 
 EPS = 1e-6  # Marian's LayerNorm epsilon
@@ -258,7 +258,7 @@ def import_marian_npz(src_dir: Path, out_dir: Path) -> Path:
     for segmenter, name in zip(segmenters(src_dir, vocabs), MARIAN_FILES[:2], strict=True):
         shutil.copyfile(segmenter, out_dir / name)
     piece_ids = {piece: i for i, piece in enumerate([*pieces[0], PAD])}
-    atomic_write_text(out_dir / MARIAN_FILES[2],
+    atomic_write_text(out_dir / MARIAN_VOCAB_FILE,
                       json.dumps(piece_ids, ensure_ascii=False, indent=1) + "\n")
     return save_model(model, out_dir, decode=decode_config(settings, model_file))
 

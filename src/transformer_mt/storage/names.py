@@ -9,7 +9,8 @@ CONFIG_FILE = "config.json"  # the model and decoding configs (and, in a run, th
 VOCAB_FILE = "sentencepiece.model"  # the joint vocabulary: prepare writes it, models carry it
 # a vocabulary imported from Marian (Hugging Face's layout): the source and target SentencePiece
 # models and the piece -> id map they share
-MARIAN_FILES = ("source.spm", "target.spm", "vocab.json")
+MARIAN_VOCAB_FILE = "vocab.json"
+MARIAN_FILES = ("source.spm", "target.spm", MARIAN_VOCAB_FILE)
 TARGET_VOCAB_FILE = "target_vocab.json"  # Marian's separate target vocabulary, where there is one
 # a prepared data directory (data/prepare.py): its record, what cleaning dropped, and per split
 # (train, valid, test) and side (src, tgt) the text, token ids and sentence offsets
@@ -32,7 +33,7 @@ def vocabulary_files(directory: str | Path) -> tuple[str, ...]:
     """The names of a model or data directory's vocabulary files: Marian's three (four with a
     separate target vocabulary) where vocab.json is there, else our SentencePiece model."""
     directory = Path(directory)
-    if not (directory / MARIAN_FILES[2]).exists():
+    if not (directory / MARIAN_VOCAB_FILE).exists():
         return (VOCAB_FILE,)
     return MARIAN_FILES + ((TARGET_VOCAB_FILE,) if (directory / TARGET_VOCAB_FILE).exists()
                            else ())
