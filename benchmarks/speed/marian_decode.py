@@ -14,7 +14,9 @@ cancels process start and model loading.
 
 Threads: Marian's `--cpu-threads N` runs N workers, each decoding its own batches on one thread;
 ours runs each batch on N intra-op threads (OMP_NUM_THREADS=N). Int8: Marian's `--gemm-type`
-(packed8avx512 or packed8avx2, as this CPU has), ours `--int8`.
+packed8avx512 (or packed8avx2, as this CPU has) on the model its converter packed for that
+type, ours `--int8`. (Marian's intgemm8 types: its converter writes them, but its decoder
+refused `--gemm-type intgemm8avx512`; not measured.)
 
     python benchmarks/speed/marian_decode.py --data runs/m30k/data --shape small \\
         --work runs/marian-speed --rounds 3 --threads 1 --json out.json
@@ -87,16 +89,31 @@ def fixed_length_sentences(vocab: Path, n: int, length: int, seed: int = 1) -> l
     return out
 
 
+def marian_model(model_dir: Path, gemm_type: str) -> Path:
+    """Marian's model for `gemm_type`: the npz for float32, else the binary model that Marian's
+    converter packs for that type (`pymarian convert`, made once): given a float32 npz, the
+    decoder's --gemm-type alone leaves the products in float32."""
+    if gemm_type == "float32":
+        return model_dir / "model.npz"
+    converted = model_dir / f"model.{gemm_type}.bin"
+    if not converted.exists():
+        subprocess.run([str(MARIAN), "convert", "-f", str(model_dir / "model.npz"), "-t",
+                        str(converted), "--gemm-type", gemm_type], check=True,
+                       stdout=subprocess.DEVNULL)
+    return converted
+
+
 def commands(engine: str, beam: int, threads: int, model: Path, factor: float,
              source: Path, output: Path) -> tuple[list[str], dict[str, str]]:
     """The command line of `engine` ("marian float32", "ours int8", ...) and its environment."""
     name, dtype = engine.split()
     env = os.environ | {"OMP_NUM_THREADS": str(threads)}
-    if name == "marian":
-        return [str(MARIAN), "decode", "-c", str(model / "decoder.yml"), "--cpu-threads",
-                str(threads), "--mini-batch", "64", "--maxi-batch", "100", "--maxi-batch-sort",
-                "src", "-b", str(beam), "--gemm-type", dtype, "-i", str(source), "-o",
-                str(output), "--quiet"], env
+    if name == "marian":  # int8 types decode the model converted to them (marian_model)
+        return [str(MARIAN), "decode", "-c", str(model / "decoder.yml"), "--models",
+                str(marian_model(model, dtype)), "--cpu-threads", str(threads),
+                "--mini-batch", "64", "--maxi-batch", "100", "--maxi-batch-sort", "src", "-b",
+                str(beam), "--gemm-type", dtype, "-i", str(source), "-o", str(output),
+                "--quiet"], env
     return ["transformer-mt", "translate", "--model", str(model), "--input", str(source),
             "--output", str(output), "--beam-size", str(beam), "--strategy",
             "beam" if beam > 1 else "greedy", "--batch-size", "64", "--alpha", "0",
