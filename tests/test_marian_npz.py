@@ -2,12 +2,14 @@
 fixture in tests/data/marian was trained and decoded by Marian 1.12.42
 (benchmarks/compat/marian_fixture.sh), so these tests need no Marian installed."""
 
+import importlib.util
 import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from conftest import REPO
 from transformer_mt import Translator
 from transformer_mt.interop import ConversionError
 from transformer_mt.interop.marian import import_marian
@@ -16,15 +18,12 @@ from transformer_mt.storage.model_dir import load_model
 FIXTURE = Path(__file__).parent / "data" / "marian"
 
 
-def marian_nbest(path: Path) -> list[list[tuple[str, float]]]:
-    """Marian's n-best file: `i ||| text ||| F0= log P ||| normalized score` lines."""
-    lists: list[list[tuple[str, float]]] = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        index, text, _, score = (field.strip() for field in line.split("|||"))
-        if int(index) == len(lists):
-            lists.append([])
-        lists[int(index)].append((text, float(score)))
-    return lists
+# Marian's n-best reader, the compat script's (benchmarks/compat/compare_outputs.py)
+_spec = importlib.util.spec_from_file_location(
+    "compare_outputs", REPO / "benchmarks" / "compat" / "compare_outputs.py")
+compare_outputs = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(compare_outputs)
+marian_nbest = compare_outputs.marian_nbest
 
 
 @pytest.fixture(scope="module")

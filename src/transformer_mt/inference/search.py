@@ -104,16 +104,11 @@ def output_length_caps(src_len_B: Tensor, cfg: DecodeConfig) -> Tensor:
 
 def ends_without_eos(cfg: DecodeConfig) -> bool:
     """Whether an output that reaches its length cap ends with its last piece, as Marian's do
-    (with decode.max_length_factor, Marian's cap): the EOS the search then forces costs
-    nothing and is not counted in the length that normalises the score. Otherwise EOS is the
-    last token allowed and scored as the model gives it (fairseq, tensor2tensor)."""
+    (with decode.max_length_factor, Marian's cap): once only the EOS would be left to write,
+    the search ends it without that EOS, scored without it and normalised by its pieces.
+    Otherwise EOS is the last token allowed, scored as the model gives it (fairseq,
+    tensor2tensor)."""
     return bool(cfg.max_length_factor)
-
-
-def ended_length(length: int, at_cap: bool, cfg: DecodeConfig) -> int:
-    """The length that normalises a finished output's score: its tokens, EOS included, less
-    the free EOS of an output that ended at its cap Marian's way."""
-    return length - 1 if at_cap and ends_without_eos(cfg) and length > 1 else length
 
 
 def cache_dtype(cfg: DecodeConfig) -> torch.dtype | None:
@@ -161,8 +156,7 @@ def _next_log_probs(model, tokens_BT: Tensor, memory, cache, max_len_B: Tensor,
         logp_BV[:, eos].masked_fill_(too_short, float("-inf"))
     at_limit_B = max_len_B <= position  # the next token is the last one allowed
     if bool(at_limit_B.any()):  # only then: a pass over (B, V)
-        eos_lp_B = torch.zeros_like(logp_BV[:, eos]) if ends_without_eos(cfg) else \
-            logp_BV[:, eos].clone()
+        eos_lp_B = logp_BV[:, eos].clone()
         logp_BV.masked_fill_(at_limit_B[:, None], float("-inf"))
         logp_BV[:, eos] = torch.where(at_limit_B, eos_lp_B, logp_BV[:, eos])
     if processor is not None:
@@ -238,15 +232,14 @@ def _sequential_search(model: DecodingModel, src_BS: Tensor, cfg: DecodeConfig,
         tokens_AT = torch.cat([tokens_AT, next_A[:, None]], dim=1)
         n = tokens_AT.size(1) - 1  # tokens of the output
         ended_A = next_A.eq(mcfg.eos_id)
-        # at Marian's cap, where the next token would be a free EOS, the output ends now
+        # at Marian's cap, where only EOS would be left to write, the output ends now
         done_A = ended_A | (max_len_A <= n + 1) if ends_without_eos(cfg) else ended_A
         if bool(done_A.any()):
-            at_cap, ended = (max_len_A <= n).tolist(), ended_A.tolist()
+            ended = ended_A.tolist()
             for a in done_A.nonzero().flatten().tolist():
-                lp, pieces = float(log_prob_A[a]), n - ended[a]
-                length = ended_length(n, at_cap[a], cfg) if ended[a] else n
+                lp, pieces = float(log_prob_A[a]), n - ended[a]  # EOS counted in n, not kept
                 hyps[int(active_A[a])] = [Hypothesis(tokens_AT[a, 1 : 1 + pieces].tolist(),
-                                                     lp, lp / length_norm(length, cfg))]
+                                                     lp, lp / length_norm(n, cfg))]
             keep_A = (~done_A).nonzero().flatten()
             active_A, tokens_AT = active_A[keep_A], tokens_AT[keep_A]
             log_prob_A, max_len_A = log_prob_A[keep_A], max_len_A[keep_A]
@@ -377,13 +370,12 @@ class BeamSearch:
         ends = (is_eos_A2N & placed_A2N & top_lp_A2N.isfinite()).nonzero().tolist()
         if ends:
             lengths, firsts = length_A.tolist(), self.first_A.tolist()
-            at_cap = (self.max_len_A <= length_A).tolist()
         for a, j in ends:
             lp = float(top_lp_A2N[a, j])
             row = a * n + int(origin_A2N[a, j])
             self.finished[a].append(Hypothesis(
                 self.tokens_AnT[row, firsts[a] + 1 :].tolist(), lp,
-                lp / length_norm(ended_length(lengths[a], at_cap[a], cfg), cfg)))
+                lp / length_norm(lengths[a], cfg)))
         # alive: the N best others (fairseq), or with "shrink" the others that took a place
         out_A2N = is_eos_A2N | ~placed_A2N if cfg.beam_stop == "shrink" else is_eos_A2N
         self.alive_lp_An, pick_AN = top_lp_A2N.masked_fill(out_A2N, float("-inf")).topk(N, dim=1)
@@ -392,7 +384,7 @@ class BeamSearch:
         self.tokens_AnT = torch.cat([self.tokens_AnT[rows],
                                      token_A2N.gather(1, pick_AN).view(-1, 1)], 1)
         self.cache.reorder(rows, beams=N)
-        free_end = ends_without_eos(cfg)  # then the forced EOS costs nothing: end here
+        free_end = ends_without_eos(cfg)  # then end where only EOS would be left
         at_limit = (self.max_len_A <= length_A + free_end).tolist()  # one read, not one each
         if free_end and any(at_limit):
             self._end_at_cap([a for a in range(A) if at_limit[a]], length_A.tolist())
@@ -402,9 +394,8 @@ class BeamSearch:
         return self._leave(still) if len(still) < A else []
 
     def _end_at_cap(self, sentences: list[int], lengths: list[int]) -> None:
-        """The live hypotheses of `sentences`, whose next token would be the EOS that ends an
-        output at Marian's cap at no cost, finish now as that step would finish them, without
-        the decoder step: their pieces, log P, normalised by their pieces."""
+        """The live hypotheses of `sentences`, whose next token could only be EOS (Marian's
+        cap), finish now without it: their pieces, log P, normalised by their pieces."""
         N = self.alive_lp_An.size(1)
         alive_lp, firsts = self.alive_lp_An.tolist(), self.first_A.tolist()
         for a in sentences:
