@@ -14,9 +14,10 @@ cancels process start and model loading.
 
 Threads: Marian's `--cpu-threads N` runs N workers, each decoding its own batches on one thread;
 ours runs each batch on N intra-op threads (OMP_NUM_THREADS=N). Int8: Marian's `--gemm-type`
-packed8avx512 (or packed8avx2, as this CPU has) on the model its converter packed for that
-type, ours `--int8`. (Marian's intgemm8 types: its converter writes them, but its decoder
-refused `--gemm-type intgemm8avx512`; not measured.)
+packed8avx512 (or packed8avx2, as this CPU has) or intgemm8avx512 (intgemm8avx2, ...) on the
+model its converter packed for that type, ours `--int8`. The decoder's `--gemm-type` names the
+packed8 types (it refuses the intgemm ones: "Unknown GEMM type"); an intgemm8 model carries its
+type and is decoded without the flag.
 
     python benchmarks/speed/marian_decode.py --data runs/m30k/data --shape small \\
         --work runs/marian-speed --rounds 3 --threads 1 --json out.json
@@ -109,11 +110,11 @@ def commands(engine: str, beam: int, threads: int, model: Path, factor: float,
     name, dtype = engine.split()
     env = os.environ | {"OMP_NUM_THREADS": str(threads)}
     if name == "marian":  # int8 types decode the model converted to them (marian_model)
+        gemm = [] if dtype.startswith("intgemm") else ["--gemm-type", dtype]
         return [str(MARIAN), "decode", "-c", str(model / "decoder.yml"), "--models",
                 str(marian_model(model, dtype)), "--cpu-threads", str(threads),
                 "--mini-batch", "64", "--maxi-batch", "100", "--maxi-batch-sort", "src", "-b",
-                str(beam), "--gemm-type", dtype, "-i", str(source), "-o", str(output),
-                "--quiet"], env
+                str(beam), *gemm, "-i", str(source), "-o", str(output), "--quiet"], env
     return ["transformer-mt", "translate", "--model", str(model), "--input", str(source),
             "--output", str(output), "--beam-size", str(beam), "--strategy",
             "beam" if beam > 1 else "greedy", "--batch-size", "64", "--alpha", "0",
@@ -144,8 +145,9 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--beams", default="1 4")
     p.add_argument("--engine", action="append", dest="engines",
-                   help='"marian float32", "marian packed8avx512", "ours fp32", "ours int8" '
-                        "(default: all four)")
+                   help='"marian float32", "marian packed8avx512", "marian intgemm8avx512", '
+                        '"ours fp32", "ours int8" (default: marian float32 and packed8, ours '
+                        "fp32 and int8)")
     p.add_argument("--json", type=Path)
     args = p.parse_args()
     engines = args.engines or ["marian float32", "marian packed8avx512", "ours fp32", "ours int8"]
