@@ -155,7 +155,8 @@ def test_words_as_slots_are_written_without_symbols_and_read_back_as_slots(tmp_p
                  str(corpus / "test.words"), "--output", str(out), "--slots", "words"]) == 0
     miscopied = sum("dog" in t for t in targets)
     assert miscopied, "the test corpus has a dog to miscopy"
-    assert f"{miscopied} needed repair (miscopied {miscopied})" in capsys.readouterr().err
+    assert f"{miscopied} needed repair (miscopied {miscopied}); {len(targets)} had one word " \
+        "slot per word" in capsys.readouterr().err
     assert out.read_text() == (corpus / "test.gold").read_text().replace("(NN ", "(XX ") \
         .replace("(DT ", "(XX ").replace("(VBZ ", "(XX "), "the gold tree, tags as XX"
 

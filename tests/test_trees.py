@@ -94,6 +94,8 @@ def test_malformed_sequences_restore_to_trees_with_the_sentences_words(sequence,
     assert restored.repairs == repaired
     assert str(restored.tree) == tree
     assert restored.tree.words() == words
+    assert restored.one_slot_per_word == ("extra slot" not in repaired[0]
+                                          and "missing words" not in repaired[0])
 
 
 def test_copied_words_are_slots_and_a_miscopied_one_is_replaced_and_counted():

@@ -133,17 +133,18 @@ def run_trees(args: argparse.Namespace) -> int:
     outputs = translator.translate([" ".join(reversed(s.split())) for s in sentences]
                                    if args.reverse else sentences)
     repairs: Counter[str] = Counter()
-    repaired = 0
+    repaired = fitting = 0
     lines = []
     for sentence, output in zip(sentences, outputs, strict=True):
         restored = restore(output.split(), sentence.split(), slots=args.slots)
         repaired += bool(restored.repairs)
+        fitting += restored.one_slot_per_word
         repairs.update(r.split(":")[0] for r in restored.repairs)
         lines.append(str(restored.tree))
     atomic_write_text(args.output, "\n".join(lines) + "\n")
     print(f"{len(lines)} trees to {args.output}; {repaired} needed repair"
           + (f" ({', '.join(f'{k} {n}' for k, n in sorted(repairs.items()))})" if repairs
-             else ""), file=sys.stderr)
+             else "") + f"; {fitting} had one word slot per word", file=sys.stderr)
     return 0
 
 

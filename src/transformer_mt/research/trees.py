@@ -167,6 +167,11 @@ class Restored:
     tree: Tree
     repairs: list[str]  # "kind: detail" of each repair; empty when the sequence was well-formed
 
+    @property
+    def one_slot_per_word(self) -> bool:
+        """Whether the sequence had exactly one word slot per word, before any repair."""
+        return not any(r.startswith(("extra slot:", "missing words:")) for r in self.repairs)
+
 
 def restore(tokens: list[str], words: list[str], *, root: str = "S",
             slots: Slots = "placeholder") -> Restored:
