@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Parse a parsing run's dev and test sentences with MODEL and score them as EVALB does:
 # OUT/{valid,test}.NAME.parsed, .scores.json (EVALB's summaries and the strict one) and .log
-# (the repairs). SLOTS and REVERSE as given to run.sh; options after NAME go to `parse trees`.
+# (the repairs). SLOTS and REVERSE as given to run.sh; options after NAME go to `parse trees`;
+# SPLITS="valid" parses dev only (default: valid test).
 # Usage: benchmarks/parsing/parse_splits.sh OUT MODEL NAME [--word-slots] [--balanced] ...
 set -euo pipefail
 OUT=$1 MODEL=$2 NAME=$3
 shift 3
-for split in valid test; do
+for split in ${SPLITS:-valid test}; do
   transformer-mt parse trees --model "$MODEL" --input "$OUT/corpus/$split.words" \
     --output "$OUT/$split.$NAME.parsed" --slots "${SLOTS:-placeholder}" ${REVERSE:+--reverse} "$@" \
     2>&1 | tee "$OUT/$split.$NAME.log"
