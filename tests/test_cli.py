@@ -182,6 +182,10 @@ def test_serve_help_shows_serves_own_decode_defaults(capsys):
                          help_text), command
         assert re.search(rf"--int8-scales {{batch,row}} with int8: .*?\(default: {scales}\)",
                          help_text), command
+        assert ("--workers WORKERS" in help_text) == (command == "translate"), \
+            "decode.workers: translate's, not the server's"
+    assert main(["serve", "--model", "nowhere", "--decode.workers=2"]) == 2
+    assert "decode.workers: the server decodes one batch at a time" in capsys.readouterr().err
 
 
 def test_translate_streams_in_chunks_and_treats_too_long_lines_as_told(tmp_path, corpus_vocab,

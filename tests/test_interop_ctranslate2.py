@@ -166,6 +166,14 @@ def test_ctranslate2_decodes_what_we_decode(trained_model, tmp_path, decoding):
                    for n in mine) >= 10, "the cap is reached"
 
 
+def test_workers_are_ctranslate2s_parallel_translators(trained_model, tmp_path):
+    ct2_dir = export_ctranslate2(trained_model, tmp_path / "c")
+    one = CTranslate2Translator.from_dirs([ct2_dir], batch_size=4)
+    two = CTranslate2Translator.from_dirs([ct2_dir], batch_size=4, workers=2)
+    assert (one.engine.num_translators, two.engine.num_translators) == (1, 2)
+    assert two.translate(SOURCES) == one.translate(SOURCES)
+
+
 def test_int8_export_is_smaller_and_close(trained_model, tmp_path):
     fp32 = export_ctranslate2(trained_model, tmp_path / "fp32")
     int8 = export_ctranslate2(trained_model, tmp_path / "int8", quantization="int8")

@@ -1,4 +1,5 @@
 import copy
+import threading
 
 import pytest
 import torch
@@ -55,6 +56,38 @@ def test_progress_counts_sentences_after_each_batch(corpus_vocab):
     done = []
     results = translator.translate_nbest(SENTENCES, progress=done.append)
     assert done == [3, 5] and len(results) == len(SENTENCES)  # the empty one: done at once
+
+
+def test_workers_decode_batches_at_once_with_a_share_of_the_threads_and_the_same_output(
+        corpus_vocab, monkeypatch):
+    translator = make_translator(corpus_vocab)
+    translator.decode_cfg = DecodeConfig(batch_size=1, max_length_offset=8)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        alone = translator.translate_nbest(SENTENCES)
+        seen = []  # (thread, its torch threads) of each batch
+        decode_batch = translator._translate_batch
+
+        def recorded(sources, cfg):
+            seen.append((threading.get_ident(), torch.get_num_threads()))
+            return decode_batch(sources, cfg)
+
+        monkeypatch.setattr(translator, "_translate_batch", recorded)
+        translator.decode_cfg = DecodeConfig(batch_size=1, max_length_offset=8, workers=2)
+        done = []
+        together = translator.translate_nbest(SENTENCES, progress=done.append)
+        assert torch.get_num_threads() == 2, "the caller's threads are restored"
+    finally:
+        torch.set_num_threads(threads)
+    assert [[t.text for t in r] for r in together] == [[t.text for t in r] for r in alone]
+    assert [t.score for r in together for t in r] == \
+        pytest.approx([t.score for r in alone for t in r], abs=1e-4)
+    assert done == [2, 3, 4, 5], "progress in order, the empty sentence done at once"
+    assert {n for _, n in seen} == {1} and len(seen) == 4, "each worker on 1 of the 2 threads"
+    assert threading.get_ident() not in {t for t, _ in seen}, "batches decoded by the workers"
+    with pytest.raises(ValueError, match="workers must be positive"):
+        DecodeConfig(workers=0)
 
 
 def test_from_dir_round_trip(tmp_path, corpus_vocab):

@@ -13,7 +13,8 @@ after round; a configuration's speed is (sentences - few) / (time of all - time 
 cancels process start and model loading.
 
 Threads: Marian's `--cpu-threads N` runs N workers, each decoding its own batches on one thread;
-ours runs each batch on N intra-op threads (OMP_NUM_THREADS=N). Int8: Marian's `--gemm-type`
+ours runs each batch on N intra-op threads (OMP_NUM_THREADS=N), or with "ours fp32 workers=N"
+N batches at once, each on its own thread (`translate --workers N`). Int8: Marian's `--gemm-type`
 packed8avx512 (or packed8avx2, as this CPU has) or intgemm8avx512 (intgemm8avx2, ...) on the
 model its converter packed for that type, ours `--int8`. The decoder's `--gemm-type` names the
 packed8 types (it refuses the intgemm ones: "Unknown GEMM type"); an intgemm8 model carries its
@@ -106,8 +107,9 @@ def marian_model(model_dir: Path, gemm_type: str) -> Path:
 
 def commands(engine: str, beam: int, threads: int, model: Path, factor: float,
              source: Path, output: Path) -> tuple[list[str], dict[str, str]]:
-    """The command line of `engine` ("marian float32", "ours int8", ...) and its environment."""
-    name, dtype = engine.split()
+    """The command line of `engine` ("marian float32", "ours int8", "ours fp32 workers=2",
+    ...) and its environment."""
+    name, dtype, *options = engine.split()
     env = os.environ | {"OMP_NUM_THREADS": str(threads)}
     if name == "marian":  # int8 types decode the model converted to them (marian_model)
         gemm = [] if dtype.startswith("intgemm") else ["--gemm-type", dtype]
@@ -119,7 +121,8 @@ def commands(engine: str, beam: int, threads: int, model: Path, factor: float,
             "--output", str(output), "--beam-size", str(beam), "--strategy",
             "beam" if beam > 1 else "greedy", "--batch-size", "64", "--alpha", "0",
             "--max-length-factor", str(factor), "--max-length-offset", "100000",
-            *(["--int8"] if dtype == "int8" else [])], env
+            *(["--int8"] if dtype == "int8" else []),
+            *[part for option in options for part in f"--{option}".split("=")]], env
 
 
 def timed(cmd: list[str], env: dict[str, str]) -> float:

@@ -245,6 +245,11 @@ class DecodeConfig:
     n_best: int = option(1, "hypotheses returned per sentence (<= beam size); translate prints "
                             "them as 'index<TAB>score<TAB>text'")
     batch_size: int = option(64, "sentences per decoding batch (sorted by length)")
+    workers: int = option(
+        1, "not in the paper: batches decoded at once, each on its own thread with an equal "
+           "share of the CPU threads (Marian's --cpu-threads, CTranslate2's inter_threads): "
+           "pays for a small model on several cores, whose products are too small to split "
+           "(docs/performance.md)")
     temperature: float = option(1.0, "sampling only: softmax temperature")
     top_k: int = option(0, "sampling only: keep the k most likely tokens; 0: no limit")
     top_p: float = option(1.0, "sampling only: nucleus probability mass kept")
@@ -267,7 +272,7 @@ class DecodeConfig:
         "BF16, AMX: a warning says where not)")
 
     def __post_init__(self):
-        _check_positive(self, "beam_size", "n_best", "batch_size", "temperature")
+        _check_positive(self, "beam_size", "n_best", "batch_size", "workers", "temperature")
         if self.bf16 and self.int8:
             raise ValueError("decode.bf16 and decode.int8 are exclusive: pick one")
         if self.n_best > self.beam_size and self.strategy == "beam":

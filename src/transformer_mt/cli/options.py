@@ -19,9 +19,10 @@ log = logging.getLogger(__name__)
 
 
 def add_config_options(parser: argparse.ArgumentParser, cls: type, section: str,
-                       only: tuple[str, ...] = (), defaults: dict[str, Any] | None = None
-                       ) -> None:
-    """One option per field of dataclass `cls` (or per field named in `only`); given values
+                       only: tuple[str, ...] = (), defaults: dict[str, Any] | None = None,
+                       exclude: tuple[str, ...] = ()) -> None:
+    """One option per field of dataclass `cls` (or per field named in `only`, but those in
+    `exclude`); given values
     land in `args.<section>.<field>` (see `given`), absent ones stay None and the config
     decides. `defaults`: the command's own defaults where they differ from the field's, shown
     in --help (the command applies them)."""
@@ -29,7 +30,7 @@ def add_config_options(parser: argparse.ArgumentParser, cls: type, section: str,
     group = parser.add_argument_group(f"{section} options ({cls.__name__}; unset ones come "
                                       "from the config or model directory, else the default)")
     for f in dataclasses.fields(cls):
-        if only and f.name not in only:
+        if only and f.name not in only or f.name in exclude:
             continue
         flag = f.metadata["flag"] or "--" + f.name.replace("_", "-")
         default = (defaults or {}).get(f.name, f.default)

@@ -6,7 +6,7 @@ import argparse
 import logging
 from pathlib import Path
 
-from ..config import DecodeConfig, ServeConfig, serve_defaults
+from ..config import ConfigError, DecodeConfig, ServeConfig, serve_defaults
 from ..interop import OURS_FILE
 from .options import (
     add_config_options,
@@ -17,6 +17,10 @@ from .options import (
 )
 
 log = logging.getLogger(__name__)
+
+# decode settings that mean nothing to the server, and why
+NOT_SERVED = {"workers": "the server decodes one batch at a time, the sentences of concurrent "
+                         "requests together; decode.workers is for translate's files"}
 
 
 def add_parser(sub) -> None:
@@ -30,7 +34,8 @@ def add_parser(sub) -> None:
                     "exit. docs/serving.md documents the API and limits.")
     add_model_options(p)
     add_config_options(p, ServeConfig, "serve")
-    add_config_options(p, DecodeConfig, "decode", defaults=serve_defaults(DecodeConfig))
+    add_config_options(p, DecodeConfig, "decode", defaults=serve_defaults(DecodeConfig),
+                       exclude=NOT_SERVED)
     p.set_defaults(run=run, overrides=[])
 
 
@@ -67,6 +72,9 @@ def run(args: argparse.Namespace) -> int:
     serve = ServeConfig(**section_overrides(
         [o for o in args.overrides if not o.startswith("decode.")], ServeConfig, "serve")
         | given(args, "serve"))
+    for name in NOT_SERVED:
+        if name in decode:
+            raise ConfigError(f"decode.{name}: {NOT_SERVED[name]}")
     translator, model_dirs = open_translator(args, decode)
     run_server(translator, serve, languages=model_languages(model_dirs[0], serve.language_pair))
     return 0

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -147,15 +148,36 @@ class Translator:
         order = sorted((i for i, ids in enumerate(sources) if not has_no_pieces(ids)),
                        key=lambda i: len(sources[i]))
         results: list[list[Translation]] = [[] for _ in sources]
-        size = cfg.batch_size
-        for start in range(0, len(order), size):
-            batch = order[start : start + size]
-            nbests = self._translate_batch([sources[i] for i in batch], cfg)
+        batches = [order[start : start + cfg.batch_size]
+                   for start in range(0, len(order), cfg.batch_size)]
+        done = len(sources) - len(order)
+        decoded = self._decoded([[sources[i] for i in batch] for batch in batches], cfg)
+        for batch, nbests in zip(batches, decoded, strict=True):
             for i, nbest in zip(batch, nbests, strict=True):
                 results[i] = nbest
+            done += len(batch)
             if progress is not None:
-                progress(len(sources) - len(order) + start + len(batch))
+                progress(done)
         return results
+
+    def _decoded(self, batches: list[list[list[int]]], cfg: DecodeConfig
+                 ) -> Iterator[list[list[Translation]]]:
+        """The n-best lists of each batch, in order: one batch after another, or with
+        cfg.workers > 1 that many at once, each on its own thread with an equal share of
+        torch's threads (the search releases the GIL in every tensor operation)."""
+        if cfg.workers == 1 or len(batches) == 1:
+            yield from (self._translate_batch(batch, cfg) for batch in batches)
+            return
+        threads = torch.get_num_threads()
+        if cfg.bf16 == "auto":
+            self.bf16_for(cfg, cfg.batch_size)  # measured once, before the workers start
+        share = max(1, threads // cfg.workers)
+        try:
+            with ThreadPoolExecutor(cfg.workers, initializer=torch.set_num_threads,
+                                    initargs=(share,)) as pool:
+                yield from pool.map(lambda batch: self._translate_batch(batch, cfg), batches)
+        finally:
+            torch.set_num_threads(threads)  # a worker's count is the default of later threads
 
     def _translate_batch(self, sources: list[list[int]], cfg: DecodeConfig
                          ) -> list[list[Translation]]:

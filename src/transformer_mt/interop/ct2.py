@@ -214,9 +214,10 @@ class CTranslate2Translator(Translator):
         self.ids = {piece: i for i, piece in enumerate(self.pieces)}
         pad, eos = model_cfg.pad_id, model_cfg.eos_id
         self._banned = [[self.pieces[pad]]] if pad != eos else None  # as our search
-        self.engine = ctranslate2.Translator(
+        self.engine = ctranslate2.Translator(  # decode.workers: its translators in parallel
             str(ct2_dir), device="cuda" if self.device.type == "cuda" else "cpu",
-            compute_type=_compute_type(decode), intra_threads=torch.get_num_threads())
+            compute_type=_compute_type(decode), inter_threads=decode.workers,
+            intra_threads=max(1, torch.get_num_threads() // decode.workers))
 
     @classmethod
     def from_dirs(cls, model_dirs: Sequence[str | Path], *, device: str = "cpu",
