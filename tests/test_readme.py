@@ -13,9 +13,11 @@ from transformer_mt.cli.main import main
 
 README = (REPO / "README.md").read_text(encoding="utf-8")
 # The quickstart's train command, shortened: 400 steps of the multi30k recipe without dropout,
-# a shorter warmup and smaller batches; the model and the rest of the recipe stay.
+# a warmup as long as the run at eq. (3) x 1 (the post-norm model learns nothing in 400 steps
+# with 100 of warmup, whose peak rate is twice as high: 0 of 30 sentences) and smaller batches;
+# the model and the rest of the recipe stay.
 SHORTER = ["--train.max_minutes=0", "--train.lr_cooldown_share=0", "--train.max_steps=400",
-           "--train.warmup_steps=100", "--train.lr_scale=1", "--train.max_tokens=512",
+           "--train.warmup_steps=400", "--train.lr_scale=1", "--train.max_tokens=512",
            "--train.save_every=20", "--train.valid_every=400", "--train.bf16=false",
            "--model.dropout=0", "--model.attention_dropout=0", "--model.activation_dropout=0"]
 
@@ -41,11 +43,11 @@ def test_readme_quickstart_trains_a_model_that_translates(tmp_path, capsys):
     hyps = (tmp_path / "m30k/test.de").read_text(encoding="utf-8").splitlines()
     assert len(hyps) == len(sources) == 30
     right = sum(h == translate(s) for h, s in zip(hyps, sources, strict=True))
-    assert right >= 15, f"{right} of 30 test sentences translated exactly"  # 23 on a Zen 4
+    assert right >= 15, f"{right} of 30 test sentences translated exactly"  # 27 on a Zen 4
     printed = capsys.readouterr().out
     scores = dict(re.findall(r"^(sacreBLEU|tokBLEU) +([0-9.]+)", printed, flags=re.M))
     assert set(scores) == {"sacreBLEU", "tokBLEU"}, printed
-    assert float(scores["sacreBLEU"]) >= 70 and float(scores["tokBLEU"]) >= 70, printed  # 89.7
+    assert float(scores["sacreBLEU"]) >= 70 and float(scores["tokBLEU"]) >= 70, printed  # 94.8
 
 
 def python_blocks() -> list[str]:
