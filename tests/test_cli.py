@@ -247,7 +247,8 @@ def test_info_reports_the_model_a_preset_builds(capsys, prepared_corpus):
     # multi30k's model is trained on the 8k vocabulary its data.vocab_size makes prepare build
     assert main(["info", "--config", "multi30k"]) == 0
     out = capsys.readouterr().out
-    assert "vocab 8000" in out and "2,343,424 (2.3M)" in out
+    # post-norm: no final LayerNorms (pre-norm's two add 512 parameters)
+    assert "vocab 8000" in out and "2,342,912 (2.3M)" in out
     # with --data, the vocabulary train would take from that directory
     from transformer_mt.data.prepare import load_vocab
 
