@@ -35,14 +35,13 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
+from marian_decode import MARIAN
 
 from transformer_mt.config import load_config
 from transformer_mt.data.batching import token_batches
 from transformer_mt.data.dataset import ParallelData
 from transformer_mt.hardware.cpu_speed import cpu_model
 
-REPO = Path(__file__).resolve().parents[2]
-MARIAN = Path(os.environ.get("MARIAN", REPO / ".venv-marian" / "bin" / "pymarian"))
 MARIAN_INTERVAL = re.compile(r": Up\. (\d+) : .*: Cost [\d.]+ \* ([\d,]+) @ .* : Time ([\d.]+)s")
 
 
