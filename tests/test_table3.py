@@ -59,6 +59,8 @@ def test_rows_change_the_base_and_scale_its_sizes():
     big = row_config(Row.load("big"), base, scale=8, steps=40, seed=1)
     assert (big.model.d_model, big.model.n_heads, big.model.dropout, big.train.max_steps) == \
         (128, 16, 0.3, 120)
+    probe = row_config(Row.load("big"), base, scale=8, steps=40, seed=1, valid_every=15)
+    assert (probe.train.valid_every, probe.train.max_steps) == (15, 120)  # and at the end
     ls = row_config(Row.load("D-ls0.2"), base, scale=8, steps=40, seed=1)
     assert ls.train.label_smoothing == 0.2 and ls.model == row_config(
         Row.load("base"), base, scale=8, steps=40, seed=1).model

@@ -42,6 +42,9 @@ def add_parser(sub) -> None:
     p.add_argument("--scale", type=int, default=1,
                    help="divide d_model, d_ff, d_k and d_v by this (default 1: the paper's "
                         "sizes; 4 or 8 on a CPU)")
+    p.add_argument("--valid-every", type=int, default=0, metavar="N",
+                   help="also score every row on the validation split every N steps: the "
+                        "curve a protocol probe reads (default: only at the end)")
     p.add_argument("--config", default="base",
                    help=f"the base configuration: preset ({', '.join(preset_names())}) or YAML "
                         "(default: base); rows change its model and training keys")
@@ -60,6 +63,9 @@ def run(args: argparse.Namespace) -> int:
     overrides = list(args.overrides) + ([f"train.device={args.device}"] if args.device else [])
     if args.jobs < 1:
         raise ConfigError(f"--jobs must be at least 1, got {args.jobs}")
+    if args.valid_every < 0:
+        raise ConfigError(f"--valid-every must be 0 (the end only) or more, got "
+                          f"{args.valid_every}")
     base = load_config(args.config, overrides)
     rows = select_rows(args.rows)
     if args.report:
@@ -67,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         results = run_table(rows, base, data_dir=args.data, out_dir=args.out,
                             scale=args.scale, steps=args.steps, seeds=args.seeds,
-                            jobs=args.jobs)
+                            jobs=args.jobs, valid_every=args.valid_every)
     header = (f"Table 3 reproduced on {args.data}: the paper's sizes divided by {args.scale} "
               f"(d_model, d_ff, d_k, d_v; N and h as the paper), {args.steps} steps for every "
               f"row (big {3 * args.steps}), the last checkpoint, dev perplexity per subword and "

@@ -79,10 +79,12 @@ def select_rows(spec: str | None = None) -> list[Row]:
     return [Row.load(name) for name in chosen]
 
 
-def row_config(row: Row, base: Config, *, scale: int, steps: int, seed: int) -> Config:
+def row_config(row: Row, base: Config, *, scale: int, steps: int, seed: int,
+               valid_every: int = 0) -> Config:
     """`base` changed as `row` says, its sizes divided by `scale`, trained `steps` (times the
-    row's factor) with `seed`, validated once at the end, saved at least every quarter of its
-    steps (a killed row loses little), keeping its last checkpoint only. The learning rate is
+    row's factor) with `seed`, validated at the end (and every `valid_every` steps, for a
+    protocol probe's curve), saved at least every quarter of its steps (a killed row loses
+    little), keeping its last checkpoint only. The learning rate is
     eq. (3)'s at the row's paper-size d_model (lr_scale / sqrt(scale)): a scaled row follows
     the schedule its full-size row had, and rows of different d_model keep the paper's
     ratio."""
@@ -97,7 +99,8 @@ def row_config(row: Row, base: Config, *, scale: int, steps: int, seed: int) -> 
     train_cfg = config_to_dict(base.train) | row.train | {
         "lr_scale": base.train.lr_scale / math.sqrt(scale),
         "max_steps": max_steps, "max_epochs": 0, "max_minutes": 0.0, "seed": seed,
-        "valid_every": max_steps, "save_every": min(base.train.save_every, max(1, max_steps // 4)),
+        "valid_every": valid_every or max_steps,
+        "save_every": min(base.train.save_every, max(1, max_steps // 4)),
         "keep_last": 1, "patience": 0}
     data = config_to_dict(base) | {"model": model, "train": train_cfg}
     return config_from_dict(Config, data, f"table3 row {row.name}")
@@ -139,14 +142,15 @@ def recorded(rows: list[Row], out_dir: Path, seeds: list[int]) -> list[dict]:
 
 
 def run_table(rows: list[Row], base: Config, *, data_dir: Path, out_dir: Path, scale: int,
-              steps: int, seeds: list[int], jobs: int = 1) -> list[dict]:
+              steps: int, seeds: list[int], jobs: int = 1, valid_every: int = 0) -> list[dict]:
     """Every row with every seed, `jobs` at a time (each in its own process with its share of
     the CPU's threads unless the config sets train.threads), logging progress; their results
     in table order."""
     if jobs > 1 and not base.train.threads:
         threads = max(1, (os.cpu_count() or 1) // jobs)
         base = dataclasses.replace(base, train=dataclasses.replace(base.train, threads=threads))
-    tasks = [(row, row_config(row, base, scale=scale, steps=steps, seed=seed), seed)
+    tasks = [(row, row_config(row, base, scale=scale, steps=steps, seed=seed,
+                              valid_every=valid_every), seed)
              for row in rows for seed in seeds]
     results: dict[tuple[str, int], dict] = {}
     start = time.monotonic()
