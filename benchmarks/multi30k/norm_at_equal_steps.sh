@@ -2,7 +2,7 @@
 # Post-norm (the paper's) against pre-norm at equal steps on Multi30k en->de, the multi30k
 # recipe otherwise, the paper's code's initialisation (qkv gain 1/sqrt(2)) for both, the
 # recipe's cooldown (its lr_cooldown_share of STEPS: without it a run of 4,000 steps ends at
-# eq. (3)'s peak, where post-norm lags pre-norm by 2.4 val BLEU, with it by 0.8;
+# eq. (3)'s peak, where post-norm lags pre-norm by 2.2-2.4 val BLEU, with it by 0.3-0.8;
 # benchmarks/results/postnorm-vs-prenorm-with-cooldown), validation every 500 steps; two
 # single-thread runs at a time (one per core).
 # Resumable: run it again and each run goes on from its last checkpoint.
