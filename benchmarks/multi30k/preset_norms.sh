@@ -7,7 +7,8 @@
 # last lr_cooldown_share is the cooldown, with 5 saves spread over it (train.cooldown_saves) and
 # 5 before it in train.keep_last=10. Then finish.sh on each (averages of the last 5 and 10 and
 # the last checkpoint, the one best on val decodes test at the preset's alpha) and a paired
-# bootstrap of post-norm's test translations against pre-norm's (tokenized lowercased BLEU).
+# bootstrap of post-norm's test translations against pre-norm's (sacreBLEU and chrF, and
+# tokenized lowercased BLEU where the test set has a tokenized reference: Multi30k's).
 #   benchmarks/multi30k/preset_norms.sh DATA_DIR OUT [STEPS] [SEEDS] [PRESET] [SRC TGT]
 # DATA_DIR: the preset's prepared data (transformer-mt prepare). Resumable: run it again and
 # each run goes on from its last checkpoint; a finished seed is skipped.
@@ -33,9 +34,9 @@ mkdir -p "$OUT"
 for seed in $SEEDS; do
   train post "$seed" 0 & post=$!; train pre "$seed" 1 & pre=$!
   wait "$post"; wait "$pre"
-  if [ -n "$TOKREF" ]; then
-    transformer-mt evaluate --hyp "$OUT/postnorm-seed$seed/test.hyp.$TGT" --ref "$TEST_REF" \
-      --lang "$TGT" "${TOK_ARGS[@]}" --tok-ref "$TOKREF" \
-      --baseline "$OUT/prenorm-seed$seed/test.hyp.$TGT" --json "$OUT/paired-seed$seed.json"
-  fi
+  tok=()  # tokenized lowercased BLEU too where the test set has a tokenized reference
+  [ -n "$TOKREF" ] && tok=(--lang "$TGT" "${TOK_ARGS[@]}" --tok-ref "$TOKREF")
+  transformer-mt evaluate --hyp "$OUT/postnorm-seed$seed/test.hyp.$TGT" --ref "$TEST_REF" \
+    "${tok[@]}" --baseline "$OUT/prenorm-seed$seed/test.hyp.$TGT" \
+    --json "$OUT/paired-seed$seed.json"
 done
