@@ -104,7 +104,8 @@ def test_the_driver_writes_the_table_skips_finished_rows_and_resumes_a_killed_on
         table = list(csv.reader(f))
     assert [r[0] for r in table] == ["row", "base", "D-ls0.2"]
     assert table[2][8] == "0.2" and table[1][2] == "32" and table[1][5] == "4"  # 512/16, 64/16
-    assert "agrees" in table[0][-1] and table[2][-1].startswith(("yes", "no"))
+    assert table[0][-3:] == ["BLEU vs base (± 2 SE)", "paper BLEU vs base", "verdict"]
+    assert table[1][-3:] == ["", "", ""] and table[2][-2:] == ["-0.1", "noise not measured"]
     assert (straight / "table.png").stat().st_size > 10_000
     assert "| base | 6 | 32 | 128 | 8 | 4 | 4 |" in (straight / "table.md").read_text()
     before = (straight / "table.md").read_text()
@@ -141,12 +142,41 @@ def test_the_driver_writes_the_table_skips_finished_rows_and_resumes_a_killed_on
 
 
 def test_seed_noise_is_pooled_over_rows_and_scaled_to_the_change():
-    from transformer_mt.research.table3 import agreement, pooled_sd
+    from transformer_mt.research.table3 import SeedNoise, verdict
 
     # variances 2 (1 dof) and 4 (2 dof); a single seed adds nothing
-    assert pooled_sd([[1.0, 3.0], [2.0, 4.0, 6.0], [5.0]]) == pytest.approx((10 / 3) ** 0.5)
-    assert pooled_sd([[1.0], [2.0]]) is None
-    assert agreement(-1.5, -0.9, noise=1.0) == "yes (outside noise)"
-    assert agreement(+0.5, -0.9, noise=1.0) == "no (within noise)"
-    assert agreement(+0.5, 0.0, noise=1.0) == "yes (paper: no change; within noise)"
-    assert agreement(-0.5, -0.9, noise=None) == "yes (noise not measured)"
+    noise = SeedNoise.pooled([[1.0, 3.0], [2.0, 4.0, 6.0], [5.0]])
+    assert noise.sd == pytest.approx((10 / 3) ** 0.5) and noise.dof == 3
+    assert noise.of_change(2, 3) == pytest.approx(2 * (10 / 3) ** 0.5 * (1 / 2 + 1 / 3) ** 0.5)
+    assert SeedNoise.pooled([[1.0], [2.0]]) is None
+    assert verdict(-1.5, -0.9, noise=1.0) == "the paper's direction, outside the noise"
+    assert verdict(+1.5, -0.9, noise=1.0) == "opposite to the paper, outside the noise"
+    assert verdict(+0.5, -0.9, noise=1.0) == "within the noise"
+    assert verdict(+0.5, 0.0, noise=1.0) == "as the paper: no change (within the noise)"
+    assert verdict(-1.5, 0.0, noise=1.0) == "a change the paper did not see (outside the noise)"
+    assert verdict(-0.5, -0.9, noise=None) == "noise not measured"
+
+
+def test_the_table_prints_each_change_with_its_interval():
+    from transformer_mt.research.table3 import change_cells, select_rows, summarise
+
+    rows = select_rows("A-h1,B-dk16")
+    model = {"n_encoder_layers": 6, "d_model": 128, "d_ff": 512, "n_heads": 8, "d_k": None,
+             "d_v": None, "dropout": 0.1}
+
+    def result(row: str, bleu: float) -> dict:
+        return {"row": row, "dev_bleu": bleu, "dev_ppl": 10.0, "model": model,
+                "label_smoothing": 0.1, "steps": 2000, "parameters": 1e6}
+
+    results = [result("base", b) for b in (30.0, 31.0, 32.0)] + \
+        [result("A-h1", b) for b in (27.0, 28.0)] + [result("B-dk16", 31.5)]
+    lines, noise = summarise(rows, results)
+    # base: variance 1 (2 dof), A-h1: variance 0.5 (1 dof); B-dk16 one seed adds nothing
+    assert noise.dof == 3 and noise.sd == pytest.approx((2.5 / 3) ** 0.5)
+    change, within = lines[1]["bleu_change"]
+    assert change == pytest.approx(-3.5)
+    assert within == pytest.approx(2 * (2.5 / 3) ** 0.5 * (1 / 2 + 1 / 3) ** 0.5)
+    assert change_cells(lines[1]) == [f"-3.50 ± {within:.2f}", "-0.9",
+                                      "the paper's direction, outside the noise"]
+    assert change_cells(lines[2])[1:] == ["-0.7", "within the noise"]  # +0.5 against 2.1
+    assert change_cells(lines[0]) == ["", "", ""]

@@ -9,6 +9,7 @@ from pathlib import Path
 from ..config import ConfigError, load_config, preset_names
 from ..research.table3 import (
     ORDER,
+    change_cells,
     recorded,
     run_table,
     select_rows,
@@ -74,14 +75,21 @@ def run(args: argparse.Namespace) -> int:
         results = run_table(rows, base, data_dir=args.data, out_dir=args.out,
                             scale=args.scale, steps=args.steps, seeds=args.seeds,
                             jobs=args.jobs, valid_every=args.valid_every)
+    lines, noise = summarise(rows, results)
+    pooled = ("not measured yet (no row has two seeds)" if noise is None else
+              f"s = {noise.sd:.2f} BLEU over {noise.dof} degrees of freedom")
     header = (f"Table 3 reproduced on {args.data}: the paper's sizes divided by {args.scale} "
               f"(d_model, d_ff, d_k, d_v; N and h as the paper), {args.steps} steps for every "
               f"row (big {3 * args.steps}), the last checkpoint, dev perplexity per subword and "
               f"beam-search BLEU; mean ± sd over seeds {' '.join(map(str, args.seeds))}. The "
-              "paper's columns are its newstest2013 numbers at full size. 'agrees': the BLEU "
-              "change against base has the paper's sign; 'outside noise': larger than two "
-              "standard errors of the change, from the seed sd pooled over the rows with "
-              "several seeds. Overrides: " + (" ".join(args.overrides) or "none") + ".")
-    for path in write_table(summarise(rows, results), args.out, header):
+              "paper's columns are its newstest2013 numbers at full size. 'BLEU vs base': the "
+              "change of the mean against the base row's, ± two standard errors of it, "
+              "2 s sqrt(1/n + 1/n_base), with s the sd between seeds pooled over the rows "
+              f"with several seeds: {pooled}; 'verdict': that change against the paper's. "
+              "Overrides: " + (" ".join(args.overrides) or "none") + ".")
+    print(f"seed noise: {pooled}")
+    for line in lines[1:]:
+        print(f"{line['row']}: {' | '.join(change_cells(line))}")
+    for path in write_table(lines, args.out, header):
         print(path)
     return 0

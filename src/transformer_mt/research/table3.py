@@ -182,16 +182,39 @@ def _log_to_stderr() -> None:
                         datefmt="%H:%M:%S")
 
 
-def summarise(rows: list[Row], results: list[dict]) -> list[dict]:
+@dataclass(frozen=True)
+class SeedNoise:
+    """The sd of dev BLEU between seeds, pooled over the rows run with several seeds
+    (sqrt(sum (n_i - 1) s_i^2 / sum (n_i - 1))), and its degrees of freedom."""
+
+    sd: float
+    dof: int
+
+    @classmethod
+    def pooled(cls, groups: list[list[float]]) -> SeedNoise | None:
+        """None where no row has two seeds: the noise is not measured."""
+        dof = sum(len(g) - 1 for g in groups if len(g) > 1)
+        if not dof:
+            return None
+        return cls(math.sqrt(sum((len(g) - 1) * statistics.variance(g)
+                                 for g in groups if len(g) > 1) / dof), dof)
+
+    def of_change(self, n: int, n_base: int) -> float:
+        """Two standard errors of a difference of means over n and n_base seeds."""
+        return 2 * self.sd * math.sqrt(1 / n + 1 / n_base)
+
+
+def summarise(rows: list[Row], results: list[dict]) -> tuple[list[dict], SeedNoise | None]:
     """One line per row (rows[0] the base row): mean and sd over seeds, the paper's numbers,
-    and whether the effect's direction (against the base row) agrees with the paper's."""
+    and for every other row its BLEU change against base with two standard errors, the
+    paper's change and the verdict; with the pooled seed noise the intervals come from."""
     by_row = {row.name: [r for r in results if r["row"] == row.name] for row in rows}
     if not by_row["base"]:
         raise ConfigError("table3: the base row has no result yet; every row is compared "
                           "with it")
     rows = [row for row in rows if by_row[row.name]]  # rows not run yet are left out
     base_bleu = [r["dev_bleu"] for r in by_row["base"]]
-    seed_sd = pooled_sd([[r["dev_bleu"] for r in by_row[row.name]] for row in rows])
+    noise = SeedNoise.pooled([[r["dev_bleu"] for r in by_row[row.name]] for row in rows])
     lines = []
     for row in rows:
         found = by_row[row.name]
@@ -201,38 +224,29 @@ def summarise(rows: list[Row], results: list[dict]) -> list[dict]:
                 "steps": found[0]["steps"], "parameters": found[0]["parameters"],
                 "dev_ppl": _mean_sd(ppl), "dev_bleu": _mean_sd(bleu), "paper": row.paper}
         if row.name != "base":
-            # two standard errors of a difference of means over n and n_base seeds
-            noise = None if seed_sd is None else \
-                2 * seed_sd * math.sqrt(1 / len(bleu) + 1 / len(base_bleu))
-            line["agrees"] = agreement(statistics.mean(bleu) - statistics.mean(base_bleu),
-                                       row.paper["bleu"] - rows[0].paper["bleu"], noise)
+            change = statistics.mean(bleu) - statistics.mean(base_bleu)
+            within = None if noise is None else noise.of_change(len(bleu), len(base_bleu))
+            paper = row.paper["bleu"] - rows[0].paper["bleu"]
+            line |= {"bleu_change": [change, within], "paper_bleu_change": paper,
+                     "verdict": verdict(change, paper, within)}
         lines.append(line)
-    return lines
+    return lines, noise
 
 
-def pooled_sd(groups: list[list[float]]) -> float | None:
-    """The standard deviation between seeds, pooled over the groups (rows) of several seeds:
-    sqrt(sum (n_i - 1) s_i^2 / sum (n_i - 1)); None where no row has two."""
-    dof = sum(len(g) - 1 for g in groups if len(g) > 1)
-    if not dof:
-        return None
-    return math.sqrt(sum((len(g) - 1) * statistics.variance(g) for g in groups if len(g) > 1)
-                     / dof)
-
-
-def agreement(ours: float, paper: float, noise: float | None) -> str:
-    """Does a BLEU change against base go the paper's way: 'yes' / 'no', and whether it is
-    outside the seed noise (`noise`: two standard errors of the change); the paper's 0 changes
-    agree when within it."""
+def verdict(ours: float, paper: float, noise: float | None) -> str:
+    """A BLEU change against base read against the paper's: the same direction or the
+    opposite outside the seed noise (`noise`: two standard errors of the change), or within
+    it; a change the paper did not see (0) is 'as the paper' within the noise."""
     if noise is None:
-        band = "noise not measured"
-    else:
-        band = "outside noise" if abs(ours) > noise else "within noise"
+        return "noise not measured"
+    if abs(ours) <= noise:
+        return "as the paper: no change (within the noise)" if paper == 0 else \
+            "within the noise"
     if paper == 0:
-        same = noise is not None and abs(ours) <= noise
-        return f"{'yes' if same else 'no'} (paper: no change; {band})"
-    same = (ours > 0) == (paper > 0)
-    return f"{'yes' if same else 'no'} ({band})"
+        return "a change the paper did not see (outside the noise)"
+    if (ours > 0) == (paper > 0):
+        return "the paper's direction, outside the noise"
+    return "opposite to the paper, outside the noise"
 
 
 def _mean_sd(values: list[float]) -> list[float | None]:
@@ -241,7 +255,7 @@ def _mean_sd(values: list[float]) -> list[float | None]:
 
 COLUMNS = ("row", "N", "d_model", "d_ff", "h", "d_k", "d_v", "P_drop", "eps_ls", "steps",
            "seeds", "dev PPL", "dev BLEU", "params x10^6", "paper PPL", "paper BLEU",
-           "paper params x10^6", "agrees (BLEU vs base)")
+           "paper params x10^6", "BLEU vs base (± 2 SE)", "paper BLEU vs base", "verdict")
 
 
 def table_cells(line: dict) -> list[str]:
@@ -261,7 +275,17 @@ def table_cells(line: dict) -> list[str]:
             str(line["label_smoothing"]), str(line["steps"]), str(line["seeds"]),
             stat(line["dev_ppl"]),
             stat(line["dev_bleu"]), f"{line['parameters'] / 1e6:.1f}", cell(paper["ppl"]),
-            cell(paper["bleu"]), cell(paper["params"]), line.get("agrees", "")]
+            cell(paper["bleu"]), cell(paper["params"]), *change_cells(line)]
+
+
+def change_cells(line: dict) -> list[str]:
+    """The BLEU change against base with its interval, the paper's, the verdict ('' for
+    base)."""
+    if "bleu_change" not in line:
+        return ["", "", ""]
+    change, within = line["bleu_change"]
+    ours = f"{change:+.2f}" if within is None else f"{change:+.2f} ± {within:.2f}"
+    return [ours, f"{line['paper_bleu_change']:+.1f}", line["verdict"]]
 
 
 def write_table(lines: list[dict], out_dir: Path, header: str) -> list[Path]:
@@ -281,8 +305,8 @@ def write_table(lines: list[dict], out_dir: Path, header: str) -> list[Path]:
 
 
 def plot_table(lines: list[dict], path: Path) -> Path:
-    """Each row's change of dev PPL and BLEU against the base row (error bars: sd over
-    seeds), the paper's change marked beside it."""
+    """Each row's change of dev PPL and BLEU against the base row (error bars: the PPL's sd
+    over seeds; the BLEU change's two standard errors), the paper's change marked beside it."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -294,9 +318,10 @@ def plot_table(lines: list[dict], path: Path) -> Path:
                                       (axes[1], "dev_bleu", "bleu", "dev BLEU")):
         x = range(len(others))
         ours = [line[key][0] - base[key][0] for line in others]
-        sd = [line[key][1] or 0.0 for line in others]
+        bars = [(line["bleu_change"][1] if key == "dev_bleu" else line[key][1]) or 0.0
+                for line in others]
         paper = [line["paper"][paper_key] - base["paper"][paper_key] for line in others]
-        ax.errorbar(x, ours, yerr=sd, fmt="o", capsize=3, label="this run")
+        ax.errorbar(x, ours, yerr=bars, fmt="o", capsize=3, label="this run")
         ax.plot(x, paper, "x", color="C3", label="the paper (Table 3)")
         ax.axhline(0.0, color="grey", linewidth=0.8)
         ax.set_ylabel(f"{label} - base")
