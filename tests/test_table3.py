@@ -135,6 +135,8 @@ def test_the_driver_writes_the_table_skips_finished_rows_and_resumes_a_killed_on
     for name in ("base-seed1", "D-ls0.2-seed1"):
         ours = json.loads((killed / "results" / f"{name}.json").read_text())
         theirs = json.loads((straight / "results" / f"{name}.json").read_text())
+        vocab = json.loads((prepared_corpus / "meta.json").read_text())["vocab_size"]
+        assert ours["model"]["vocab_size"] == vocab, "the model as trained, the data's vocab"
         assert {k: ours[k] for k in ("steps", "dev_ppl", "dev_bleu", "parameters")} == \
             {k: theirs[k] for k in ("steps", "dev_ppl", "dev_bleu", "parameters")}, name
     assert (killed / "table.md").read_text() == (straight / "table.md").read_text().replace(

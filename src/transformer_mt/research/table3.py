@@ -121,12 +121,11 @@ def run_row(row: Row, cfg: Config, data_dir: Path, out_dir: Path, seed: int) -> 
     state = train(cfg, data_dir=data_dir, run_dir=run_dir)
     final = [r for r in read_metrics(run_dir) if r["kind"] == "valid"
              and r["step"] == state.step][-1]
-    vocab_size = len(load_vocab(data_dir))
+    model = dataclasses.replace(cfg.model, vocab_size=len(load_vocab(data_dir)))  # as trained
     result = {"row": row.name, "group": row.group, "seed": seed, "steps": state.step,
               "dev_ppl": final["ppl"], "dev_bleu": final["bleu"],
-              "parameters": model_stats(dataclasses.replace(cfg.model,
-                                                            vocab_size=vocab_size)).parameters,
-              "model": config_to_dict(cfg.model), "label_smoothing": cfg.train.label_smoothing,
+              "parameters": model_stats(model).parameters,
+              "model": config_to_dict(model), "label_smoothing": cfg.train.label_smoothing,
               "seconds_this_session": time.monotonic() - start}
     result_path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(result_path, lambda p: p.write_text(json.dumps(result, indent=1) + "\n",
