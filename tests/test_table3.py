@@ -132,10 +132,10 @@ def test_the_driver_writes_the_table_skips_finished_rows_and_resumes_a_killed_on
     assert "table3 row base seed 1 (1 of 2 done): dev ppl" in done.stderr
     assert (killed / "results" / "base-seed1.json").stat().st_mtime_ns == base_result
     assert "resuming from" in done.stderr, done.stderr
+    vocab = json.loads((prepared_corpus / "meta.json").read_text())["vocab_size"]
     for name in ("base-seed1", "D-ls0.2-seed1"):
         ours = json.loads((killed / "results" / f"{name}.json").read_text())
         theirs = json.loads((straight / "results" / f"{name}.json").read_text())
-        vocab = json.loads((prepared_corpus / "meta.json").read_text())["vocab_size"]
         assert ours["model"]["vocab_size"] == vocab, "the model as trained, the data's vocab"
         assert {k: ours[k] for k in ("steps", "dev_ppl", "dev_bleu", "parameters")} == \
             {k: theirs[k] for k in ("steps", "dev_ppl", "dev_bleu", "parameters")}, name

@@ -36,9 +36,11 @@ if [ -z "${REPORT_ONLY:-}" ]; then
     && table3 --seeds 1 2 --jobs "${JOBS:-2}" || status=$?
 fi
 table3 --seeds 1 2 3 --report  # the table of every row and seed recorded so far
-for run in "$WORK"/runs/*/; do
-  mkdir -p "$RESULTS/runs/$(basename "$run")"
-  cp "$run/config.json" "$run/metrics.jsonl" "$RESULTS/runs/$(basename "$run")/"
+for run in "$WORK"/runs/*/; do  # the rows scored; one still training comes with its result
+  name=$(basename "$run")
+  [ -f "$WORK/results/$name.json" ] || continue
+  mkdir -p "$RESULTS/runs/$name"
+  cp "$run/config.json" "$run/metrics.jsonl" "$RESULTS/runs/$name/"
 done
 cp "$WORK"/table.md "$WORK"/table.csv "$WORK"/table.png "$WORK"/run.log "$RESULTS/"
 mkdir -p "$RESULTS/results" && cp "$WORK"/results/*.json "$RESULTS/results/"
