@@ -139,6 +139,9 @@ def test_the_driver_writes_the_table_skips_finished_rows_and_resumes_a_killed_on
         assert ours["model"]["vocab_size"] == vocab, "the model as trained, the data's vocab"
         assert {k: ours[k] for k in ("steps", "dev_ppl", "dev_bleu", "parameters")} == \
             {k: theirs[k] for k in ("steps", "dev_ppl", "dev_bleu", "parameters")}, name
+    resumed = json.loads((killed / "results" / "D-ls0.2-seed1.json").read_text())["machines"]
+    assert len(resumed) == 2 and resumed[0]["step"] == 0 < resumed[1]["step"], \
+        "each stretch of a resumed row says where it ran"
     assert (killed / "table.md").read_text() == (straight / "table.md").read_text().replace(
         str(straight), str(killed))
 

@@ -12,6 +12,7 @@ DATA=${TRANSFORMER_MT_DATA:-$REPO/../shared/data}
 RESULTS=${1:-$REPO/benchmarks/results/table3-multi30k-scale4}
 WORK=${WORK:-$REPO/runs/table3-scale4}
 mkdir -p "$WORK/results" "$RESULTS"
+[ -f "$WORK/run.log" ] || cp "$RESULTS/run.log" "$WORK/" 2>/dev/null || true  # the log goes on
 exec > >(tee -a "$WORK/run.log") 2>&1
 echo "== $(date -u +%FT%TZ) table3, commit $(git -C "$REPO" rev-parse --short HEAD)"
 if [ ! -f "$WORK/data/meta.json" ]; then

@@ -119,14 +119,17 @@ def run_row(row: Row, cfg: Config, data_dir: Path, out_dir: Path, seed: int) -> 
     run_dir = out_dir / "runs" / f"{row.name}-seed{seed}"
     start = time.monotonic()
     state = train(cfg, data_dir=data_dir, run_dir=run_dir)
-    final = [r for r in read_metrics(run_dir) if r["kind"] == "valid"
-             and r["step"] == state.step][-1]
+    metrics = read_metrics(run_dir)
+    final = [r for r in metrics if r["kind"] == "valid" and r["step"] == state.step][-1]
     model = dataclasses.replace(cfg.model, vocab_size=len(load_vocab(data_dir)))  # as trained
     result = {"row": row.name, "group": row.group, "seed": seed, "steps": state.step,
               "dev_ppl": final["ppl"], "dev_bleu": final["bleu"],
               "parameters": model_stats(model).parameters,
               "model": config_to_dict(model), "label_smoothing": cfg.train.label_smoothing,
-              "seconds_this_session": time.monotonic() - start}
+              "seconds_this_session": time.monotonic() - start,
+              # where each stretch of it ran (a resumed row may span CPUs and precisions)
+              "machines": [{"step": r["step"], "cpu": r["cpu"], "bf16": r["bf16"]}
+                           for r in metrics if r["kind"] == "machine"]}
     result_path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(result_path, lambda p: p.write_text(json.dumps(result, indent=1) + "\n",
                                                      encoding="utf-8"))
