@@ -4,9 +4,10 @@
 # (the paper's) and pre-norm, the paper's code's initialisation: run.sh on a step budget
 # (warmup a third of it: the preset's 4,000 would outlast the run), dev parsed with the paper's
 # search and with --word-slots --balanced, and source_reliance.py on the last checkpoint.
-# Two single-thread runs at a time, one per core; DEVICE=cuda trains all of them at once on a
-# GPU. Resumable: a finished run is skipped, a killed one resumes from its last checkpoint.
-# Then diagnose_report.py OUT writes the table.
+# Single-thread runs, one per core of CORES at a time (default "0 1"; CORES=1 runs them one
+# after another on core 1, leaving core 0 to other work), NORMS the norms (default "post pre");
+# DEVICE=cuda trains all of them at once on a GPU. Resumable: a finished run is skipped, a
+# killed one resumes from its last checkpoint. Then diagnose_report.py OUT writes the table.
 #   benchmarks/parsing/diagnose.sh OUT [STEPS] [SLOTS...]     (default 1500, all three kinds)
 set -euo pipefail
 OUT=$1 STEPS=${2:-1500}
@@ -28,9 +29,15 @@ one() {  # SLOTS NORM CORE
     --sources "$dir/corpus/valid.words" --targets "$dir/corpus/valid.tree" \
     --json "$dir/reliance.json" >> "$dir/diagnose.log" 2>&1
 }
+read -ra CORES <<< "${CORES:-0 1}"
+read -ra NORMS <<< "${NORMS:-post pre}"
 mkdir -p "$OUT"
+slot=0
 for kind in "${KINDS[@]}"; do
-  one "$kind" post 0 & one "$kind" pre 1 &
-  [ "${DEVICE:-cpu}" = cpu ] && wait
+  for norm in "${NORMS[@]}"; do
+    one "$kind" "$norm" "${CORES[$slot]}" &
+    slot=$(( (slot + 1) % ${#CORES[@]} ))
+    if [ "${DEVICE:-cpu}" = cpu ] && [ "$slot" -eq 0 ]; then wait; fi
+  done
 done
 wait
