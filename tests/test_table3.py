@@ -105,6 +105,7 @@ def test_the_driver_writes_the_table_skips_finished_rows_and_resumes_a_killed_on
     assert [r[0] for r in table] == ["row", "base", "D-ls0.2"]
     assert table[2][8] == "0.2" and table[1][2] == "32" and table[1][5] == "4"  # 512/16, 64/16
     assert table[0][-3:] == ["BLEU vs base (± 2 SE)", "paper BLEU vs base", "verdict"]
+    assert table[0][11:13] == ["train PPL", "dev PPL"] and float(table[1][11]) > 1
     assert table[1][-3:] == ["", "", ""] and table[2][-2:] == ["-0.1", "noise not measured"]
     assert (straight / "table.png").stat().st_size > 10_000
     assert "| base | 6 | 32 | 128 | 8 | 4 | 4 |" in (straight / "table.md").read_text()
@@ -170,7 +171,7 @@ def test_the_table_prints_each_change_with_its_interval():
              "d_v": None, "dropout": 0.1}
 
     def result(row: str, bleu: float) -> dict:
-        return {"row": row, "dev_bleu": bleu, "dev_ppl": 10.0, "model": model,
+        return {"row": row, "dev_bleu": bleu, "dev_ppl": 10.0, "train_ppl": 8.0, "model": model,
                 "label_smoothing": 0.1, "steps": 2000, "parameters": 1e6}
 
     results = [result("base", b) for b in (30.0, 31.0, 32.0)] + \
@@ -185,3 +186,14 @@ def test_the_table_prints_each_change_with_its_interval():
                                       "the paper's direction, outside the noise"]
     assert change_cells(lines[2])[1:] == ["-0.7", "within the noise"]  # +0.5 against 2.1
     assert change_cells(lines[0]) == ["", "", ""]
+
+
+def test_train_ppl_reads_the_training_batches_of_the_last_tenth():
+    import math
+
+    from transformer_mt.research.table3 import train_ppl
+
+    metrics = [{"kind": "train", "step": s, "nll": 5.0 if s <= 900 else 2.0 + s / 1000}
+               for s in range(50, 1001, 50)]
+    metrics += [{"kind": "valid", "step": 1000, "nll": 0.1}, {"kind": "machine", "step": 0}]
+    assert train_ppl(metrics, 1000) == pytest.approx(math.exp((2.95 + 3.0) / 2))

@@ -124,6 +124,7 @@ def run_row(row: Row, cfg: Config, data_dir: Path, out_dir: Path, seed: int) -> 
     model = dataclasses.replace(cfg.model, vocab_size=len(load_vocab(data_dir)))  # as trained
     result = {"row": row.name, "group": row.group, "seed": seed, "steps": state.step,
               "dev_ppl": final["ppl"], "dev_bleu": final["bleu"],
+              "train_ppl": train_ppl(metrics, state.step),
               "parameters": model_stats(model).parameters,
               "model": config_to_dict(model), "label_smoothing": cfg.train.label_smoothing,
               "seconds_this_session": time.monotonic() - start,
@@ -134,6 +135,14 @@ def run_row(row: Row, cfg: Config, data_dir: Path, out_dir: Path, seed: int) -> 
     atomic_write(result_path, lambda p: p.write_text(json.dumps(result, indent=1) + "\n",
                                                      encoding="utf-8"))
     return result
+
+
+def train_ppl(metrics: list[dict], step: int) -> float:
+    """Perplexity per subword on the training batches of the last tenth of the steps (dropout
+    on, no label smoothing): beside dev PPL, how far a row fits its training data beyond what
+    it generalises."""
+    nll = [r["nll"] for r in metrics if r["kind"] == "train" and r["step"] > step - step / 10]
+    return math.exp(statistics.mean(nll))
 
 
 def recorded(rows: list[Row], out_dir: Path, seeds: list[int]) -> list[dict]:
@@ -224,7 +233,8 @@ def summarise(rows: list[Row], results: list[dict]) -> tuple[list[dict], SeedNoi
         line = {"row": row.name, "group": row.group, "seeds": len(found),
                 "model": found[0]["model"], "label_smoothing": found[0]["label_smoothing"],
                 "steps": found[0]["steps"], "parameters": found[0]["parameters"],
-                "dev_ppl": _mean_sd(ppl), "dev_bleu": _mean_sd(bleu), "paper": row.paper}
+                "dev_ppl": _mean_sd(ppl), "dev_bleu": _mean_sd(bleu), "paper": row.paper,
+                "train_ppl": _mean_sd([r["train_ppl"] for r in found])}
         if row.name != "base":
             change = statistics.mean(bleu) - statistics.mean(base_bleu)
             within = None if noise is None else noise.of_change(len(bleu), len(base_bleu))
@@ -256,7 +266,7 @@ def _mean_sd(values: list[float]) -> list[float | None]:
 
 
 COLUMNS = ("row", "N", "d_model", "d_ff", "h", "d_k", "d_v", "P_drop", "eps_ls", "steps",
-           "seeds", "dev PPL", "dev BLEU", "params x10^6", "paper PPL", "paper BLEU",
+           "seeds", "train PPL", "dev PPL", "dev BLEU", "params x10^6", "paper PPL", "paper BLEU",
            "paper params x10^6", "BLEU vs base (± 2 SE)", "paper BLEU vs base", "verdict")
 
 
@@ -275,7 +285,7 @@ def table_cells(line: dict) -> list[str]:
             str(m["n_heads"]), str(m["d_k"] or m["d_model"] // m["n_heads"]),
             str(m["d_v"] or m["d_model"] // m["n_heads"]), str(m["dropout"]),
             str(line["label_smoothing"]), str(line["steps"]), str(line["seeds"]),
-            stat(line["dev_ppl"]),
+            stat(line["train_ppl"]), stat(line["dev_ppl"]),
             stat(line["dev_bleu"]), f"{line['parameters'] / 1e6:.1f}", cell(paper["ppl"]),
             cell(paper["bleu"]), cell(paper["params"]), *change_cells(line)]
 
