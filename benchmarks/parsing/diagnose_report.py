@@ -1,8 +1,8 @@
 """The table of diagnose.sh's runs: for each slot kind and norm, dev F1 (EVALB's summary and the
 strict one) with the paper's search and with --word-slots --balanced, the share of outputs with
 one word slot per word before any repair, the tagging accuracy where tags are predicted, the
-teacher-forced nll per piece with the sentence's own source, another's and none, and the last
-validation loss.
+teacher-forced nll per piece with the sentence's own source, another's and none, the spread of
+the encoder's output (0: one vector for every word) and the last validation loss.
 
     python benchmarks/parsing/diagnose_report.py runs/parse-diagnose --json results.json > table.md
 """
@@ -48,10 +48,10 @@ def main() -> None:
         rows.append({"slots": slots, "norm": norm, "steps": step, "valid_loss": loss,
                      "reliance": json.loads((run / "reliance.json").read_text(encoding="utf-8")),
                      **{s: parse_figures(run, s) for s in SEARCHES}})
-    print("| slots | norm | steps | val loss | nll own / another's / no source | "
+    print("| slots | norm | steps | val loss | nll own / another's / no source | encoder spread | "
           + " | ".join(f"dev F1 / strict, {name}; one slot per word" for name in
                        SEARCHES.values()) + " | tagging accuracy |")
-    print("|---" * (6 + len(SEARCHES)) + "|")
+    print("|---" * (7 + len(SEARCHES)) + "|")
     for r in rows:
         nll = r["reliance"]
         cells = [f"{r[s]['f1']:.1f} / {r[s]['strict_f1']:.1f}; "
@@ -59,7 +59,8 @@ def main() -> None:
         tagging = f"{r['plain']['tagging_accuracy']:.1f}" if r["slots"] == "tags" else "-"
         print(f"| {r['slots']} | {r['norm']} | {r['steps']} | {r['valid_loss']:.3f} | "
               f"{nll['own sources']:.3f} / {nll['sources rotated by one']:.3f} / "
-              f"{nll['empty sources']:.3f} | " + " | ".join(cells) + f" | {tagging} |")
+              f"{nll['empty sources']:.3f} | {nll['encoder spread']:.2g} | " + " | ".join(cells)
+              + f" | {tagging} |")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
 

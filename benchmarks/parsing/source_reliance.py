@@ -1,7 +1,9 @@
 """Does a parsing model read its source? The teacher-forced nll per target piece (EOS included)
 of the first --pairs dev pairs with their own sources, with each pair's source swapped for the
 next pair's (rotated by one) and with empty sources (EOS alone). A decoder that ignores its
-source scores the three alike.
+source scores the three alike. And can it: the spread of the encoder's output, its sd over the
+sentence's positions relative to its root mean square (0: the encoder writes one vector for
+every word of every sentence, and there is nothing to read).
 
     PYTHONPATH=src python benchmarks/parsing/source_reliance.py --model runs/parse/averaged \\
         --sources runs/parse/corpus/valid.words --targets runs/parse/corpus/valid.tree
@@ -35,6 +37,19 @@ def nll_per_piece(translator: Translator, sources: list[str], targets: list[str]
     return total / pieces
 
 
+@torch.inference_mode()
+def encoder_spread(translator: Translator, sources: list[str]) -> float:
+    """The mean over sentences of the encoder output's sd over positions (per dimension,
+    averaged) over its root mean square."""
+    model, vocab = translator.model, translator.vocab
+    spreads = []
+    for source in sources:
+        states_SD = model.encode(torch.tensor([vocab.encode(source) + [model.cfg.eos_id]]))
+        states_SD = states_SD.states_BSD[0].float()
+        spreads.append((states_SD.std(0).mean() / states_SD.pow(2).mean().sqrt()).item())
+    return sum(spreads) / len(spreads)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, type=Path,
@@ -51,9 +66,10 @@ def main() -> None:
              "own sources": nll_per_piece(translator, sources, targets),
              "sources rotated by one": nll_per_piece(translator, sources[1:] + sources[:1],
                                                      targets),
-             "empty sources": nll_per_piece(translator, [""] * len(sources), targets)}
+             "empty sources": nll_per_piece(translator, [""] * len(sources), targets),
+             "encoder spread": encoder_spread(translator, sources)}
     for name, value in found.items():
-        print(f"{name:24s} {value:.4f}" if isinstance(value, float) else f"{name:24s} {value}")
+        print(f"{name:24s} {value:.5g}" if isinstance(value, float) else f"{name:24s} {value}")
     if args.json:
         args.json.write_text(json.dumps(found, indent=1) + "\n", encoding="utf-8")
 
