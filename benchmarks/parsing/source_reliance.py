@@ -44,8 +44,8 @@ def encoder_spread(translator: Translator, sources: list[str]) -> float:
     model, vocab = translator.model, translator.vocab
     spreads = []
     for source in sources:
-        states_SD = model.encode(torch.tensor([vocab.encode(source) + [model.cfg.eos_id]]))
-        states_SD = states_SD.states_BSD[0].float()
+        memory = model.encode(torch.tensor([vocab.encode(source) + [model.cfg.eos_id]]))
+        states_SD = memory.states_BSD[0].float()
         spreads.append((states_SD.std(0).mean() / states_SD.pow(2).mean().sqrt()).item())
     return sum(spreads) / len(spreads)
 

@@ -19,7 +19,8 @@ if [ ! -f "$WORK/data/meta.json" ]; then
   transformer-mt prepare --dataset multi30k --pair en-de --data-dir "$DATA" --vocab-size 8000 \
     --out "$WORK/data"
 fi
-cp -n "$RESULTS"/results/*.json "$WORK/results/" 2>/dev/null || true
+# the committed results are the record: they replace a run folder's older copies of the same rows
+cp "$RESULTS"/results/*.json "$WORK/results/" 2>/dev/null || true
 # chosen by the base row's probes (docs/table3.md; the results folder's protocol-probes/): a
 # quarter of the paper's sizes, 3,000 steps of 2,048-token batches (big 9,000), eq. (3) at the
 # paper-size d_model times 5 (2.5 at d_model 128, the multi30k recipe's rate) with the paper's
