@@ -1,13 +1,16 @@
 """`transformer-mt parse` end to end on 70 generated trees: Treebank-style trees to training
 pairs, prepare, a few training steps with the parsing preset, sentences to trees (every tree
 with the sentence's words, repaired where needed), and EVALB's scores of them; reversed input
-written and read last word first."""
+written and read last word first; the checkpoint that parses dev best selected
+(benchmarks/parsing/select_checkpoint.sh)."""
 
 import json
 import random
+import subprocess
 
 import torch
 
+from conftest import REPO
 from transformer_mt.cli.main import main
 from transformer_mt.data.vocab import Vocabulary, train_vocabulary
 from transformer_mt.research.tree_search import tree_constraints
@@ -177,3 +180,35 @@ def test_word_slots_count_every_source_word_rare_ones_too(tmp_path):
     for text in ("XX", "Qx"):  # the placeholder and a written-out word are slots, brackets not
         assert slot[vocab.encode(text)[0]]
     assert not slot[vocab.encode("(NP")].any() and not slot[vocab.encode(")S")].any()
+
+
+def test_the_checkpoint_that_parses_dev_best_is_selected_and_parses_test(tmp_path):
+    rng = random.Random(3)
+    trees, out = tmp_path / "treebank", tmp_path / "out"
+    trees.mkdir()
+    for split, n in (("train", 40), ("dev", 6), ("test", 6)):
+        (trees / f"{split}.trees").write_text("\n".join(tree(rng) for _ in range(n)) + "\n")
+    corpus, data = out / "corpus", tmp_path / "data"
+    assert main(["parse", "corpus", "--trees-dir", str(trees), "--out", str(corpus)]) == 0
+    assert main(["prepare", "--train-src", str(corpus / "train.words"), "--train-tgt",
+                 str(corpus / "train.tree"), "--vocab-size", "60", "--whole-words",
+                 str(corpus / "symbols.txt"), "--out", str(data)]) == 0
+    assert main(["train", "--config", "parsing-cpu", "--data", str(data), "--run-dir",
+                 str(out / "run"), "--model.d_model=32", "--model.d_ff=64",
+                 "--model.n_heads=2", "--train.max_steps=40", "--train.max_tokens=800",
+                 "--train.warmup_steps=10", "--train.save_every=20", "--train.valid_bleu=false",
+                 "--train.threads=1"]) == 0
+    script = REPO / "benchmarks" / "parsing" / "select_checkpoint.sh"
+    done = subprocess.run(["bash", str(script), str(out), "beam2", "--beam-size", "2",
+                           "--max-length-offset", "20"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    selected = json.loads((out / "beam2.selected.json").read_text())
+    assert set(selected["dev"]) == {"step_00000020", "step_00000040"}
+    for step, scores in selected["dev"].items():
+        assert scores == json.loads((out / f"valid.beam2.{step}.scores.json").read_text())
+    assert selected["selected"] == max(selected["dev"],
+                                       key=lambda s: selected["dev"][s]["strict"]["f1"])
+    assert f"{selected['selected']}  dev F1" in done.stderr and "<- selected" in done.stderr
+    test = json.loads((out / "test.beam2.scores.json").read_text())
+    assert test["all"]["sentences"] == 6
+    assert len((out / "test.beam2.parsed").read_text().splitlines()) == 6
