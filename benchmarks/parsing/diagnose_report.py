@@ -18,9 +18,11 @@ FITTING = re.compile(r"^(\d+) trees to .*; (\d+) had one word slot per word$", r
 SEARCHES = {"plain": "the paper's search", "balanced": "--word-slots --balanced"}
 
 
-def parse_figures(run: Path, search: str) -> dict:
+def parse_figures(run: Path, search: str) -> dict | None:
     """EVALB's and the strict F1, tagging accuracy and the one-slot-per-word share of a dev
-    parse."""
+    parse; None where that parse did not finish."""
+    if not (run / f"valid.{search}.scores.json").exists():
+        return None
     scores = json.loads((run / f"valid.{search}.scores.json").read_text(encoding="utf-8"))
     trees, fitting = map(int, FITTING.findall(
         (run / f"valid.{search}.log").read_text(encoding="utf-8"))[-1])
@@ -43,7 +45,7 @@ def main() -> None:
     args = p.parse_args()
     rows = []
     for run in sorted(d for d in args.out.iterdir() if (d / "reliance.json").exists()):
-        slots, norm = run.name.rsplit("-", 1)
+        slots, norm = run.name.split("-", 1)  # norm: postnorm or prenorm, and diagnose's NAME
         step, loss = last_validation_loss(run)
         rows.append({"slots": slots, "norm": norm, "steps": step, "valid_loss": loss,
                      "reliance": json.loads((run / "reliance.json").read_text(encoding="utf-8")),
@@ -55,8 +57,10 @@ def main() -> None:
     for r in rows:
         nll = r["reliance"]
         cells = [f"{r[s]['f1']:.1f} / {r[s]['strict_f1']:.1f}; "
-                 f"{100 * r[s]['one_slot_per_word']:.0f} %" for s in SEARCHES]
-        tagging = f"{r['plain']['tagging_accuracy']:.1f}" if r["slots"] == "tags" else "-"
+                 f"{100 * r[s]['one_slot_per_word']:.0f} %" if r[s] else "unfinished"
+                 for s in SEARCHES]
+        tagging = f"{r['plain']['tagging_accuracy']:.1f}" if r["slots"] == "tags" and \
+            r["plain"] else "-"
         print(f"| {r['slots']} | {r['norm']} | {r['steps']} | {r['valid_loss']:.3f} | "
               f"{nll['own sources']:.3f} / {nll['sources rotated by one']:.3f} / "
               f"{nll['empty sources']:.3f} | {nll['encoder spread']:.2g} | " + " | ".join(cells)
