@@ -100,7 +100,8 @@ def test_patience_stops_after_validations_without_improvement(prepared_corpus, t
                                                               monkeypatch):
     losses = iter([3.0, 2.5, 2.6, 2.7, 2.4, 2.3])
     monkeypatch.setattr(train_module, "validate",
-                        lambda *a, **k: {"loss": next(losses), "nll": 0.0, "ppl": 1.0})
+                        lambda *a, **k: {"loss": next(losses), "nll": 0.0, "ppl": 1.0,
+                                         "encoder_spread": 1.0})
     overrides = [*OVERRIDES, "train.valid_every=2", "train.patience=2", "train.max_steps=100"]
     state = train(load_config("tiny", overrides), data_dir=prepared_corpus,
                   run_dir=tmp_path / "run")
@@ -118,7 +119,8 @@ def test_patience_can_start_the_cooldown_that_ends_the_run(prepared_corpus, tmp_
     def validations(*losses):
         scores = iter(losses)
         monkeypatch.setattr(train_module, "validate",
-                            lambda *a, **k: {"loss": next(scores), "nll": 0.0, "ppl": 1.0})
+                            lambda *a, **k: {"loss": next(scores), "nll": 0.0, "ppl": 1.0,
+                                             "encoder_spread": 1.0})
 
     def config(steps):
         return load_config("tiny", [*OVERRIDES, "train.valid_every=2", "train.patience=2",

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 from transformer_mt.evaluation.bleu import read_text
 from transformer_mt.inference.translator import Translator
+from transformer_mt.training.validation import encoder_spread
 
 
 @torch.inference_mode()
@@ -38,16 +39,13 @@ def nll_per_piece(translator: Translator, sources: list[str], targets: list[str]
 
 
 @torch.inference_mode()
-def encoder_spread(translator: Translator, sources: list[str]) -> float:
-    """The mean over sentences of the encoder output's sd over positions (per dimension,
-    averaged) over its root mean square."""
+def mean_spread(translator: Translator, sources: list[str]) -> float:
+    """The encoder's spread (training.validation.encoder_spread) averaged over sentences, one
+    sentence at a time."""
     model, vocab = translator.model, translator.vocab
-    spreads = []
-    for source in sources:
-        memory = model.encode(torch.tensor([vocab.encode(source) + [model.cfg.eos_id]]))
-        states_SD = memory.states_BSD[0].float()
-        spreads.append((states_SD.std(0).mean() / states_SD.pow(2).mean().sqrt()).item())
-    return sum(spreads) / len(spreads)
+    memories = (model.encode(torch.tensor([vocab.encode(source) + [model.cfg.eos_id]]))
+                for source in sources)
+    return sum(float(encoder_spread(memory)) for memory in memories) / len(sources)
 
 
 def main() -> None:
@@ -67,7 +65,7 @@ def main() -> None:
              "sources rotated by one": nll_per_piece(translator, sources[1:] + sources[:1],
                                                      targets),
              "empty sources": nll_per_piece(translator, [""] * len(sources), targets),
-             "encoder spread": encoder_spread(translator, sources)}
+             "encoder spread": mean_spread(translator, sources)}
     for name, value in found.items():
         print(f"{name:24s} {value:.5g}" if isinstance(value, float) else f"{name:24s} {value}")
     if args.json:

@@ -48,7 +48,7 @@ from .schedule import (
 )
 from .state import TrainingState
 from .step import apply_update, compiled, first_nonfinite_gradient, forward_backward, make_optimizer
-from .validation import validate, validation_bleu
+from .validation import COLLAPSED_SPREAD, validate, validation_bleu
 
 log = logging.getLogger(__name__)
 
@@ -476,6 +476,12 @@ class Run:
         self.metrics.write("valid", state.step, **values, best_step=state.best_step)
         log.info("validation at step %d: %s", state.step,
                  {k: round(v, 3) if isinstance(v, float) else v for k, v in values.items()})
+        if values["encoder_spread"] < COLLAPSED_SPREAD:
+            log.warning("the encoder's output has collapsed (spread %.2g; a fresh model's is "
+                        "about 0.6): it writes nearly one vector for every word, and the "
+                        "decoder has nothing to read. A lower train.lr_scale or "
+                        "model.norm_first=true kept it apart in "
+                        "benchmarks/results/parsing-encoder-collapse", values["encoder_spread"])
 
     def finish(self) -> None:
         self.metrics.close()
