@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "speed"))  # engines.py
 from engines import build, decoding_batches, decoding_config  # noqa: E402
 
 from transformer_mt.inference.quantize import Int8RowLinear  # noqa: E402

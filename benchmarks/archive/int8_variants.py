@@ -83,7 +83,7 @@ VARIANTS = {"7bit (translate --int8)": fbgemm_7bit, "8bit": fbgemm_8bit,
 
 
 def speed(data_dir: str, shape: str) -> None:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "speed"))  # engines.py
     from engines import build, decoding_batches, decoding_config
 
     torch.manual_seed(0)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "speed"))  # engines.py
 from engines import build, decoding_batches, decoding_config  # noqa: E402
 
 from transformer_mt.model import attention  # noqa: E402
