@@ -5,6 +5,7 @@ written and read last word first; the checkpoint that parses dev best selected
 (benchmarks/parsing/select_checkpoint.sh)."""
 
 import json
+import os
 import random
 import subprocess
 
@@ -212,3 +213,10 @@ def test_the_checkpoint_that_parses_dev_best_is_selected_and_parses_test(tmp_pat
     test = json.loads((out / "test.beam2.scores.json").read_text())
     assert test["all"]["sentences"] == 6
     assert len((out / "test.beam2.parsed").read_text().splitlines()) == 6
+    # FROM_STEP leaves the earlier checkpoints out of the choice
+    done = subprocess.run(["bash", str(script), str(out), "beam2", "--beam-size", "2",
+                           "--max-length-offset", "20"], capture_output=True, text=True,
+                          env={**os.environ, "FROM_STEP": "40"})
+    assert done.returncode == 0, done.stderr
+    assert json.loads((out / "beam2.selected.json").read_text())["selected"] == "step_00000040"
+    assert "step_00000020" not in done.stderr
