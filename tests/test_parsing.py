@@ -1,8 +1,8 @@
 """`transformer-mt parse` end to end on 70 generated trees: Treebank-style trees to training
 pairs, prepare, a few training steps with the parsing preset, sentences to trees (every tree
 with the sentence's words, repaired where needed), and EVALB's scores of them; reversed input
-written and read last word first; the checkpoint that parses dev best selected
-(benchmarks/parsing/select_checkpoint.sh)."""
+written and read last word first; the reading parser's recipe, which trains and parses with
+the checkpoint that parses dev best (benchmarks/parsing/recipe.sh, select_checkpoint.sh)."""
 
 import json
 import os
@@ -183,40 +183,45 @@ def test_word_slots_count_every_source_word_rare_ones_too(tmp_path):
     assert not slot[vocab.encode("(NP")].any() and not slot[vocab.encode(")S")].any()
 
 
-def test_the_checkpoint_that_parses_dev_best_is_selected_and_parses_test(tmp_path):
+def test_the_recipe_trains_a_reader_and_parses_with_the_checkpoint_best_on_dev(tmp_path):
+    # benchmarks/parsing/recipe.sh from treebank files to test parses, shrunk to 40 steps of a
+    # small model: the words as slots, pre-norm, and the checkpoint with the best dev F1
     rng = random.Random(3)
-    trees, out = tmp_path / "treebank", tmp_path / "out"
-    trees.mkdir()
+    trees, out = tmp_path / "data" / "ptb-sample", tmp_path / "out"
+    trees.mkdir(parents=True)
     for split, n in (("train", 40), ("dev", 6), ("test", 6)):
         (trees / f"{split}.trees").write_text("\n".join(tree(rng) for _ in range(n)) + "\n")
-    corpus, data = out / "corpus", tmp_path / "data"
-    assert main(["parse", "corpus", "--trees-dir", str(trees), "--out", str(corpus)]) == 0
-    assert main(["prepare", "--train-src", str(corpus / "train.words"), "--train-tgt",
-                 str(corpus / "train.tree"), "--vocab-size", "60", "--whole-words",
-                 str(corpus / "symbols.txt"), "--out", str(data)]) == 0
-    assert main(["train", "--config", "parsing-cpu", "--data", str(data), "--run-dir",
-                 str(out / "run"), "--model.d_model=32", "--model.d_ff=64",
-                 "--model.n_heads=2", "--train.max_steps=40", "--train.max_tokens=800",
-                 "--train.warmup_steps=10", "--train.save_every=20", "--train.valid_bleu=false",
-                 "--train.threads=1"]) == 0
-    script = REPO / "benchmarks" / "parsing" / "select_checkpoint.sh"
-    done = subprocess.run(["bash", str(script), str(out), "beam2", "--beam-size", "2",
-                           "--max-length-offset", "20"], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    selected = json.loads((out / "beam2.selected.json").read_text())
-    assert set(selected["dev"]) == {"step_00000020", "step_00000040"}
+    small = ("--model.d_model=32 --model.d_ff=64 --model.n_heads=2 --train.max_steps=40 "
+             "--train.max_tokens=800 --train.warmup_steps=10 --train.save_every=20 "
+             "--train.threads=1 --decode.beam_size=2 --decode.max_length_offset=20")
+    done = subprocess.run(["bash", str(REPO / "benchmarks" / "parsing" / "recipe.sh"), str(out)],
+                          capture_output=True, text=True,
+                          env={**os.environ, "TRANSFORMER_MT_DATA": str(tmp_path / "data"),
+                               "TRAIN_ARGS": small, "SELECT_FROM": "0"})
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    config = json.loads((out / "run" / "config.json").read_text())
+    assert config["model"]["norm_first"] and config["train"]["lr_cooldown_share"] == 0.25
+    assert "(NP the " in (out / "corpus" / "train.tree").read_text(), "the words are the slots"
+    selected = json.loads((out / "balanced.selected.json").read_text())
+    # 20 and 40, and the cooldown's (the last quarter of the steps) 5 checkpoints
+    steps = {"step_00000020", "step_00000032", "step_00000034", "step_00000036",
+             "step_00000038", "step_00000040"}
+    assert set(selected["dev"]) == steps
     for step, scores in selected["dev"].items():
-        assert scores == json.loads((out / f"valid.beam2.{step}.scores.json").read_text())
+        assert scores == json.loads((out / f"valid.balanced.{step}.scores.json").read_text())
     assert selected["selected"] == max(selected["dev"],
                                        key=lambda s: selected["dev"][s]["strict"]["f1"])
-    assert f"{selected['selected']}  dev F1" in done.stderr and "<- selected" in done.stderr
-    test = json.loads((out / "test.beam2.scores.json").read_text())
-    assert test["all"]["sentences"] == 6
-    assert len((out / "test.beam2.parsed").read_text().splitlines()) == 6
-    # FROM_STEP leaves the earlier checkpoints out of the choice
-    done = subprocess.run(["bash", str(script), str(out), "beam2", "--beam-size", "2",
-                           "--max-length-offset", "20"], capture_output=True, text=True,
-                          env={**os.environ, "FROM_STEP": "40"})
+    for search in ("balanced", "plain"):  # the chosen checkpoint parses test; and with the paper's
+        test = json.loads((out / f"test.{search}.scores.json").read_text())
+        assert test["all"]["sentences"] == 6
+        assert len((out / f"test.{search}.parsed").read_text().splitlines()) == 6
+    assert f"{selected['selected']}  dev F1" in done.stdout and "<- selected" in done.stdout
+    # FROM_STEP leaves the earlier checkpoints out of the choice (nothing is parsed again)
+    done = subprocess.run(["bash", str(REPO / "benchmarks" / "parsing" / "select_checkpoint.sh"),
+                           str(out), "balanced", "--word-slots", "--balanced"],
+                          capture_output=True, text=True,
+                          env={**os.environ, "FROM_STEP": "40", "SLOTS": "words"})
     assert done.returncode == 0, done.stderr
-    assert json.loads((out / "beam2.selected.json").read_text())["selected"] == "step_00000040"
+    assert json.loads((out / "balanced.selected.json").read_text())["selected"] == "step_00000040"
     assert "step_00000020" not in done.stderr
+    assert "trees to" in done.stdout and "valid.balanced" not in done.stdout, "dev not parsed again"
