@@ -98,8 +98,9 @@ def test_the_driver_writes_the_table_skips_finished_rows_and_resumes_a_killed_on
         prepared_corpus, tmp_path):
     env = os.environ | {"PYTHONHASHSEED": "0"}
     straight = tmp_path / "straight"  # two rows at once, each in its own process
-    subprocess.run(table3(prepared_corpus, straight, "--rows", "D-ls0.2", "--jobs", "2"),
-                   check=True, env=env, capture_output=True)
+    first = subprocess.run(table3(prepared_corpus, straight, "--rows", "D-ls0.2", "--jobs", "2"),
+                           check=True, env=env, capture_output=True, text=True)
+    assert "(1 of 2 done)" in first.stderr and "min left" in first.stderr, first.stderr
     with open(straight / "table.csv", encoding="utf-8") as f:
         table = list(csv.reader(f))
     assert [r[0] for r in table] == ["row", "base", "D-ls0.2"]
@@ -131,6 +132,8 @@ def test_the_driver_writes_the_table_skips_finished_rows_and_resumes_a_killed_on
     done = subprocess.run(table3(prepared_corpus, killed, "--rows", "D-ls0.2"), check=True,
                           env=env, capture_output=True, text=True)
     assert "table3 row base seed 1 (1 of 2 done): dev ppl" in done.stderr
+    recorded_line = next(line for line in done.stderr.splitlines() if "(1 of 2 done)" in line)
+    assert "min left" not in recorded_line, "no pace from a row read back"
     assert (killed / "results" / "base-seed1.json").stat().st_mtime_ns == base_result
     assert "resuming from" in done.stderr, done.stderr
     vocab = json.loads((prepared_corpus / "meta.json").read_text())["vocab_size"]

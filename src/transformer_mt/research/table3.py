@@ -164,14 +164,17 @@ def run_table(rows: list[Row], base: Config, *, data_dir: Path, out_dir: Path, s
                               valid_every=valid_every), seed)
              for row in rows for seed in seeds]
     results: dict[tuple[str, int], dict] = {}
+    # rows recorded before this run are read back at once: the time left is the pace of the others
+    recorded_before = {(r["row"], r["seed"]) for r in recorded(rows, out_dir, seeds)}
     start = time.monotonic()
 
     def finished(row: Row, seed: int, result: dict) -> None:
         results[row.name, seed] = result
-        left = (time.monotonic() - start) / len(results) * (len(tasks) - len(results))
-        log.info("table3 row %s seed %d (%d of %d done): dev ppl %.2f, BLEU %.2f; about %.0f "
-                 "min left", row.name, seed, len(results), len(tasks), result["dev_ppl"],
-                 result["dev_bleu"], left / 60)
+        trained, to_go = len(results.keys() - recorded_before), len(tasks) - len(results)
+        left = (f"; about {(time.monotonic() - start) / trained * to_go / 60:.0f} min left"
+                if trained and to_go else "")
+        log.info("table3 row %s seed %d (%d of %d done): dev ppl %.2f, BLEU %.2f%s", row.name,
+                 seed, len(results), len(tasks), result["dev_ppl"], result["dev_bleu"], left)
 
     if jobs == 1:
         for row, cfg, seed in tasks:
