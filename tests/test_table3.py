@@ -16,7 +16,7 @@ import pytest
 
 from transformer_mt.config import ConfigError, ModelConfig, config_to_dict, load_config
 from transformer_mt.model.stats import model_stats
-from transformer_mt.research.table3 import ORDER, Row, row_config, select_rows
+from transformer_mt.research.table3 import ORDER, Row, minutes_left, row_config, select_rows
 from transformer_mt.training.schedule import noam_lr
 
 # Table 3's words: "a shared source-target vocabulary of about 37000 tokens" (§5.1)
@@ -84,6 +84,14 @@ def test_row_selection():
     assert [r.name for r in select_rows("(C),D-ls0.0")][:2] == ["base", "C-N2"]
     with pytest.raises(ConfigError, match="no row or group 'F'"):
         select_rows("F")
+
+
+def test_the_time_left_is_the_pace_of_rows_trained_in_this_run_over_rows_not_recorded():
+    recorded = {("base", 1), ("C-N8", 1)}  # C-N8 comes last: read back only when reached
+    # base read back, A-h1 trained in 10 min; left: A-h4 and A-h16, not the recorded C-N8
+    assert minutes_left(600, 5, {("base", 1), ("A-h1", 1)}, recorded) == 20
+    assert minutes_left(600, 5, {("base", 1)}, recorded) == 0, "no pace from a row read back"
+    assert minutes_left(600, 3, {("base", 1), ("A-h1", 1)}, recorded) == 0, "nothing left"
 
 
 def table3(data: Path, out: Path, *extra: str) -> list[str]:

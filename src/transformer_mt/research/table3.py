@@ -20,6 +20,7 @@ import multiprocessing
 import os
 import statistics
 import time
+from collections.abc import Set
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
@@ -152,6 +153,14 @@ def recorded(rows: list[Row], out_dir: Path, seeds: list[int]) -> list[dict]:
     return [json.loads(p.read_text(encoding="utf-8")) for p in paths if p.exists()]
 
 
+def minutes_left(elapsed_s: float, tasks: int, done: Set, recorded_before: Set) -> float:
+    """The minutes the tasks not done yet take at the pace of those trained in this run (rows
+    recorded before it, read back at once or still to be read, neither set the pace nor wait);
+    0 where nothing has trained yet or nothing is left."""
+    trained, to_go = len(done - recorded_before), tasks - len(done | recorded_before)
+    return elapsed_s / trained * to_go / 60 if trained and to_go else 0.0
+
+
 def run_table(rows: list[Row], base: Config, *, data_dir: Path, out_dir: Path, scale: int,
               steps: int, seeds: list[int], jobs: int = 1, valid_every: int = 0) -> list[dict]:
     """Every row with every seed, `jobs` at a time (each in its own process with its share of
@@ -170,9 +179,9 @@ def run_table(rows: list[Row], base: Config, *, data_dir: Path, out_dir: Path, s
 
     def finished(row: Row, seed: int, result: dict) -> None:
         results[row.name, seed] = result
-        trained, to_go = len(results.keys() - recorded_before), len(tasks) - len(results)
-        left = (f"; about {(time.monotonic() - start) / trained * to_go / 60:.0f} min left"
-                if trained and to_go else "")
+        minutes = minutes_left(time.monotonic() - start, len(tasks), results.keys(),
+                               recorded_before)
+        left = f"; about {minutes:.0f} min left" if minutes else ""
         log.info("table3 row %s seed %d (%d of %d done): dev ppl %.2f, BLEU %.2f%s", row.name,
                  seed, len(results), len(tasks), result["dev_ppl"], result["dev_bleu"], left)
 
