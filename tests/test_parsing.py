@@ -40,17 +40,18 @@ def test_parse_corpus_train_trees_and_score_through_the_cli(tmp_path, capsys):
     assert main(["parse", "corpus", "--trees-dir", str(trees), "--out", str(corpus)]) == 0
     words = (corpus / "test.words").read_text().splitlines()
     targets = (corpus / "train.tree").read_text().splitlines()
-    assert len(words) == 10 and targets[0].startswith("(S (NP XX XX )NP (VP XX")
+    assert len(words) == 10 and targets[0].startswith("(S (NP DT NN )NP (VP VBZ"), \
+        "the POS tags as slots by default"
     assert "-NONE-" not in (corpus / "test.gold").read_text()
     symbols = (corpus / "symbols.txt").read_text().split()
-    assert {"(S", ")NP", "XX"} <= set(symbols) and "dog" not in symbols
+    assert {"(S", ")NP", "DT", "NN"} <= set(symbols) and "dog" not in symbols
     assert main(["prepare", "--train-src", str(corpus / "train.words"), "--train-tgt",
                  str(corpus / "train.tree"), "--valid-src", str(corpus / "valid.words"),
                  "--valid-tgt", str(corpus / "valid.tree"), "--vocab-size", "60",
                  "--whole-words", str(corpus / "symbols.txt"), "--out", str(data)]) == 0
     vocab = Vocabulary.load(data / "sentencepiece.model")
     assert all(len(vocab.encode(t)) == len(t.split()) for t in targets), \
-        "each bracket, label and placeholder is one piece"
+        "each bracket, label and tag is one piece"
     assert main(["train", "--config", "parsing-cpu", "--data", str(data), "--run-dir", str(run),
                  "--model.d_model=32", "--model.d_ff=64", "--model.n_heads=2",
                  "--train.max_steps=30", "--train.max_tokens=800", "--train.warmup_steps=10",

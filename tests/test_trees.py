@@ -23,9 +23,10 @@ def test_preprocessing_and_linearisation_of_a_treebank_tree():
     tree = preprocess(parse_tree(RAW))
     assert str(tree) == ("(S (NP (NNP Mr.) (NNP Vinken)) (VP (VBZ is) (NP (NP (NN chairman)) "
                          "(PP (IN of) (NP (NNP Elsevier) (NNP N.V.))))) (. .))")
-    assert " ".join(linearise(tree)) == ("(S (NP XX XX )NP (VP XX (NP (NP XX )NP (PP XX "
-                                         "(NP XX XX )NP )PP )NP )VP XX )S")
-    assert linearise(tree, slots="tags")[1:4] == ["(NP", "NNP", "NNP"]
+    assert " ".join(linearise(tree)) == ("(S (NP NNP NNP )NP (VP VBZ (NP (NP NN )NP (PP IN "
+                                         "(NP NNP NNP )NP )PP )NP )VP . )S"), "the paper's code's"
+    assert " ".join(linearise(tree, slots="placeholder")) == (
+        "(S (NP XX XX )NP (VP XX (NP (NP XX )NP (PP XX (NP XX XX )NP )PP )NP )VP XX )S")
     assert linearise(tree, slots="words")[1:4] == ["(NP", "Mr.", "Vinken"]
     assert preprocess(parse_tree("(X (-NONE- *))")) is None
     assert str(preprocess(parse_tree("(S (-LRB- -LRB-) (NP=2 (NN x)))"))) == \

@@ -9,7 +9,7 @@ OUT=$1 MODEL=$2 NAME=$3
 shift 3
 for split in ${SPLITS:-valid test}; do
   transformer-mt parse trees --model "$MODEL" --input "$OUT/corpus/$split.words" \
-    --output "$OUT/$split.$NAME.parsed" --slots "${SLOTS:-placeholder}" ${REVERSE:+--reverse} "$@" \
+    --output "$OUT/$split.$NAME.parsed" ${SLOTS:+--slots "$SLOTS"} ${REVERSE:+--reverse} "$@" \
     2>&1 | tee "$OUT/$split.$NAME.log"
   transformer-mt parse score --gold "$OUT/corpus/$split.gold" --test "$OUT/$split.$NAME.parsed" \
     --json "$OUT/$split.$NAME.scores.json" | grep -E "^(-- |f1 )"

@@ -2,8 +2,8 @@
 # §6.3 on the Treebank sample: trees -> pairs -> prepare -> train (wall-time budget) -> parse
 # dev and test -> EVALB scores (COLLINS.prm, and the strict summary).
 # Usage: benchmarks/parsing/run.sh MINUTES [OUT_DIR] ; TRAIN_ARGS="..." adds train overrides,
-# CONFIG picks the preset (default parsing-cpu), SLOTS=tags keeps POS tags in the targets
-# (SLOTS=words: the words; default the placeholder XX),
+# CONFIG picks the preset (default parsing-cpu), SLOTS what stands for a word in the targets
+# (parse corpus --slots: placeholder, tags or words; default its default, the POS tags),
 # REVERSE=1 feeds the words last to first, AVERAGE=N parses with the average of the last N
 # checkpoints (§6.1) instead of the last one, SELECT_FROM=N instead the checkpoint from step N
 # on that parses dev best with the search of --word-slots --balanced (select_checkpoint.sh; the
@@ -24,7 +24,7 @@ SOURCE=${SOURCE:-words}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/run.log") 2>&1
 echo "== $(date -u +%FT%TZ) parsing, $MINUTES min, commit $(git -C "$REPO" rev-parse --short HEAD), config $CONFIG ${TRAIN_ARGS:-} SLOTS=${SLOTS:-} REVERSE=${REVERSE:-} AVERAGE=${AVERAGE:-} SELECT_FROM=${SELECT_FROM:-} SPLIT_SYMBOLS=${SPLIT_SYMBOLS:-}"
-transformer-mt parse corpus --trees-dir "$DATA/ptb-sample" --out "$OUT/corpus" --slots "${SLOTS:-placeholder}" \
+transformer-mt parse corpus --trees-dir "$DATA/ptb-sample" --out "$OUT/corpus" ${SLOTS:+--slots "$SLOTS"} \
   ${REVERSE:+--reverse}
 WHOLE_WORDS=(--whole-words "$OUT/corpus/symbols.txt")
 [ -z "${SPLIT_SYMBOLS:-}" ] || WHOLE_WORDS=()

@@ -12,7 +12,14 @@ from pathlib import Path
 from ..config import DecodeConfig
 from ..data.text import read_text
 from ..research.evalb import evalb_params, score_files, summary
-from ..research.trees import SLOTS, TreeError, is_bracket, parsing_pair, restore
+from ..research.trees import (
+    DEFAULT_SLOTS,
+    SLOTS,
+    TreeError,
+    is_bracket,
+    parsing_pair,
+    restore,
+)
 from ..storage.files import atomic_dir, atomic_write_text
 from .options import (
     add_config_options,
@@ -41,10 +48,11 @@ def add_parser(sub) -> None:
     c.add_argument("--out", required=True, type=Path,
                    help="directory to write SPLIT.words, SPLIT.tree, SPLIT.gold and the "
                         "targets' symbols into")
-    c.add_argument("--slots", choices=SLOTS, default="placeholder",
-                   help="what stands for a word in the target: the placeholder XX (Vinyals "
-                        "et al. 2015, the default), its POS tag, or (not in the paper) the word "
-                        "itself, copied from the source; parse with `trees` given the same")
+    c.add_argument("--slots", choices=SLOTS, default=DEFAULT_SLOTS,
+                   help="what stands for a word in the target: its POS tag (the default, as "
+                        "the paper's code wrote its trees), the placeholder XX (Vinyals et al. "
+                        "2015) or (not in the paper) the word itself, copied from the source; "
+                        "parse with `trees` given the same")
     c.add_argument("--reverse", action="store_true",
                    help="also write SPLIT.reversed, the words last to first, as the model's "
                         "source (Vinyals et al. 2015); parse with `trees --reverse`")
@@ -59,7 +67,7 @@ def add_parser(sub) -> None:
     t.add_argument("--reverse", action="store_true",
                    help="the model reads words last to first (trained on `corpus --reverse`'s "
                         "SPLIT.reversed); --input stays in reading order")
-    t.add_argument("--slots", choices=SLOTS, default="placeholder",
+    t.add_argument("--slots", choices=SLOTS, default=DEFAULT_SLOTS,
                    help="as the model's corpus was written (`corpus --slots`); with words, "
                         "the copied words are read as slots (tagged XX) and a miscopied one is "
                         "counted as a repair")

@@ -3,11 +3,11 @@
 Penn Treebank trees are read, preprocessed as parsers do (function tags cut, `-NONE-` empty
 elements removed with the constituents they leave empty, the unlabeled root removed) and
 linearised as Vinyals et al. (2015) do: an opening token per constituent ("(NP"), a closing
-token with its label (")NP"), and per word a slot: the placeholder XX, its POS tag, or (not in
-the paper) the word itself, which the model then copies from the source. The source of a
-parsing pair is the words, the target the linearised tree. `restore` rebuilds a tree from a
-predicted sequence and the sentence's words, repairing what a model may get wrong, and says
-what it repaired.
+token with its label (")NP"), and per word a slot: its POS tag (the paper's code's), the
+placeholder XX (Vinyals et al.'s), or (not in the paper) the word itself, which the model then
+copies from the source. The source of a parsing pair is the words, the target the linearised
+tree. `restore` rebuilds a tree from a predicted sequence and the sentence's words, repairing
+what a model may get wrong, and says what it repaired.
 """
 
 from __future__ import annotations
@@ -19,6 +19,10 @@ from typing import Literal
 PLACEHOLDER = "XX"
 Slots = Literal["placeholder", "tags", "words"]  # what stands for a word in the target
 SLOTS: tuple[Slots, ...] = ("placeholder", "tags", "words")
+# The paper does not say how it wrote its trees; its code (tensor2tensor's wsj_parsing.py,
+# words_and_tags_from_wsj_tree) keeps each word's POS tag as its slot, where Vinyals et al.
+# (2015), whose linearisation it is, replaced the tags by the placeholder XX.
+DEFAULT_SLOTS: Slots = "tags"
 TOKENS = re.compile(r"\(|\)|[^\s()]+")
 PARENS = ("(", ")")
 # The Treebank's punctuation tags, which follow from the word: a placeholder slot filled with
@@ -135,9 +139,10 @@ def preprocess(tree: Tree) -> Tree | None:
     return Tree(label, children)
 
 
-def linearise(tree: Tree, *, slots: Slots = "placeholder") -> list[str]:
-    """Vinyals et al.'s sequence: "(S (NP XX XX )NP (VP XX )VP )S"; slots="tags" writes each
-    POS tag instead of XX, slots="words" each word ("(S (NP the dog )NP (VP runs )VP )S")."""
+def linearise(tree: Tree, *, slots: Slots = DEFAULT_SLOTS) -> list[str]:
+    """Vinyals et al.'s sequence with the POS tags as slots: "(S (NP DT NN )NP (VP VBZ )VP )S";
+    slots="placeholder" writes XX for each tag, slots="words" each word ("(S (NP the dog )NP
+    (VP runs )VP )S")."""
     if tree.word is not None:
         return [{"placeholder": PLACEHOLDER, "tags": tree.label, "words": tree.word}[slots]]
     return [f"({tree.label}", *(t for child in tree.children
@@ -174,7 +179,7 @@ class Restored:
 
 
 def restore(tokens: list[str], words: list[str], *, root: str = "S",
-            slots: Slots = "placeholder") -> Restored:
+            slots: Slots = DEFAULT_SLOTS) -> Restored:
     """The tree of a (predicted) sequence, its word slots (XX, tags or copied words, as
     `slots` says) filled with `words` (punctuation tagged from the words: slot_tag; copied
     words tagged as XX would be).
@@ -235,7 +240,7 @@ def restore(tokens: list[str], words: list[str], *, root: str = "S",
     return Restored(Tree(root, top), repairs)
 
 
-def parsing_pair(line: str, *, slots: Slots = "placeholder") -> tuple[str, str, Tree]:
+def parsing_pair(line: str, *, slots: Slots = DEFAULT_SLOTS) -> tuple[str, str, Tree]:
     """One Treebank line as a parsing pair: (its words, its linearised tree, the preprocessed
     tree); a TreeError names what is wrong, and a tree of nothing but empty elements is one."""
     tree = preprocess(parse_tree(line))
