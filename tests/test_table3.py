@@ -119,11 +119,14 @@ def test_the_driver_writes_the_table_skips_finished_rows_and_resumes_a_killed_on
     assert (straight / "table.png").stat().st_size > 10_000
     assert "| base | 6 | 32 | 128 | 8 | 4 | 4 |" in (straight / "table.md").read_text()
     before = (straight / "table.md").read_text()
+    assert "recorded: seeds 1)" in before
     report = subprocess.run(table3(prepared_corpus, straight, "--rows", "A-h1,D-ls0.2",
-                                   "--report"), env=env, capture_output=True, text=True)
+                                   "--seeds", "1", "2", "--report"),
+                            env=env, capture_output=True, text=True)
     assert report.returncode == 0 and "table3 row" not in report.stderr, "nothing trained"
     assert not (straight / "runs" / "A-h1-seed1").exists()
-    assert (straight / "table.md").read_text() == before, "rows not run yet are left out"
+    assert (straight / "table.md").read_text() == before, \
+        "rows and seeds not run yet are left out, from the table and from its header"
 
     killed = tmp_path / "killed"  # the base row finished, then D-ls0.2 killed mid-run
     proc = subprocess.Popen(table3(prepared_corpus, killed, "--rows", "D-ls0.2"), env=env,

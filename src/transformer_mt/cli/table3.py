@@ -76,12 +76,14 @@ def run(args: argparse.Namespace) -> int:
                             scale=args.scale, steps=args.steps, seeds=args.seeds,
                             jobs=args.jobs, valid_every=args.valid_every)
     lines, noise = summarise(rows, results)
+    recorded_seeds = sorted({r["seed"] for r in results})
     pooled = ("not measured yet (no row has two seeds)" if noise is None else
               f"s = {noise.sd:.2f} BLEU over {noise.dof} degrees of freedom")
     header = (f"Table 3 reproduced on {args.data}: the paper's sizes divided by {args.scale} "
               f"(d_model, d_ff, d_k, d_v; N and h as the paper), {args.steps} steps for every "
               f"row (big {3 * args.steps}), the last checkpoint, dev perplexity per subword and "
-              f"beam-search BLEU; mean ± sd over seeds {' '.join(map(str, args.seeds))}; train "
+              f"beam-search BLEU; mean ± sd over each row's seeds ('seeds': how many; recorded: "
+              f"seeds {' '.join(map(str, recorded_seeds))}); train "
               "PPL: the training batches of the last tenth of the steps (dropout on). The "
               "paper's columns are its newstest2013 numbers at full size. 'BLEU vs base': the "
               "change of the mean against the base row's, ± two standard errors of it, "
