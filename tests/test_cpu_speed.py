@@ -119,6 +119,20 @@ def test_training_records_the_machines_pace_at_each_start(prepared_corpus, tmp_p
                for key in ("float32_matmul_gflops", "bfloat16_matmul_gflops"))
 
 
+def test_a_run_on_a_gpu_records_the_gpu_not_the_cpus_pace(tmp_path, monkeypatch):
+    from transformer_mt.training import loop
+    from transformer_mt.training.metrics import MetricsLog
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: f"GPU of {device}")
+    monkeypatch.setattr(loop, "probed_gflops", lambda: pytest.fail("probed the CPU"))
+    metrics = MetricsLog(tmp_path)
+    loop.record_machine(metrics, 3000, torch.device("cuda:1"), bf16=True)
+    metrics.close()
+    machine = [r for r in read_metrics(tmp_path) if r["kind"] == "machine"]
+    assert [{k: v for k, v in r.items() if k != "time"} for r in machine] == \
+        [{"kind": "machine", "step": 3000, "gpu": "GPU of cuda:1", "bf16": True}]
+
+
 @pytest.mark.parametrize(("flags", "units"), [("fpu avx512f avx512_bf16 amx_bf16",
                                                 "amx_bf16 and avx512_bf16"),
                                                ("fpu avx2", "no bf16 instructions")])

@@ -130,7 +130,7 @@ def run_row(row: Row, cfg: Config, data_dir: Path, out_dir: Path, seed: int) -> 
               "model": config_to_dict(model), "label_smoothing": cfg.train.label_smoothing,
               "seconds_this_session": time.monotonic() - start,
               # where each stretch of it ran (a resumed row may span CPUs and precisions)
-              "machines": [{"step": r["step"], "cpu": r["cpu"], "bf16": r["bf16"]}
+              "machines": [{key: r[key] for key in ("step", "cpu", "gpu", "bf16") if key in r}
                            for r in metrics if r["kind"] == "machine"]}
     result_path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(result_path, lambda p: p.write_text(json.dumps(result, indent=1) + "\n",

@@ -361,8 +361,8 @@ class Run:
         model.train()
         resumed = state.step if latest is not None else None
         metrics = MetricsLog(run_dir, resume_step=resumed, enabled=world.is_main)
-        if world.is_main and device.type == "cpu":
-            record_machine(metrics, state.step, bf16=tcfg.bf16)
+        if world.is_main:
+            record_machine(metrics, state.step, device, bf16=tcfg.bf16)
         progress = Progress(start=state.step, total=tcfg.max_steps, enabled=world.is_main)
         return cls(cfg=cfg, tcfg=tcfg, world=world, device=device, run_dir=run_dir,
                    data_dir=data_dir, config=config, vocab=vocab, train_data=train_data,
@@ -489,8 +489,14 @@ class Run:
             plot_curves(self.run_dir)
 
 
-def record_machine(metrics: MetricsLog, step: int, *, bf16: bool) -> None:
-    """Today's pace of this CPU in metrics.jsonl (kind "machine"), for comparing runs."""
+def record_machine(metrics: MetricsLog, step: int, device: torch.device, *, bf16: bool) -> None:
+    """Where the steps from `step` on run, in metrics.jsonl (kind "machine"), for comparing
+    runs: the GPU's name, or this CPU and today's pace of its matrix products."""
+    if device.type == "cuda":
+        metrics.write("machine", step, gpu=torch.cuda.get_device_name(device), bf16=bf16)
+        return
+    if device.type != "cpu":
+        return
     gflops, cpu = probed_gflops(), cpu_model()
     metrics.write("machine", step, cpu=cpu, threads=torch.get_num_threads(), bf16=bf16,
                   **{f"{dtype}_matmul_gflops": round(v, 1) for dtype, v in gflops.items()})
