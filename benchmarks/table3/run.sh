@@ -5,7 +5,9 @@
 # trained again), then copy what is worth keeping (per row: config, metrics, result; the
 # table, its plot, the driver's log; never checkpoints) into the results folder.
 # Usage: benchmarks/table3/run.sh [RESULTS_DIR] ; JOBS rows at once (default 2), WORK the run
-# folder (default runs/table3-scale4), REPORT_ONLY=1 trains nothing (the table so far, copied).
+# folder (default runs/table3-scale4), DEVICE where they train (default: the CPU; DEVICE=cuda
+# JOBS=16 trains 16 rows at once on one GPU), REPORT_ONLY=1 trains nothing (the table so far,
+# copied).
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 DATA=${TRANSFORMER_MT_DATA:-$REPO/../shared/data}
@@ -27,7 +29,10 @@ cp "$RESULTS"/results/*.json "$WORK/results/" 2>/dev/null || true
 # 4,000 warmup steps, and a linear cooldown over the last 22.7 % of the steps (the recipe's)
 PROTOCOL=(--scale 4 --steps 3000 --valid-every 500 --train.max_tokens=2048 --train.bf16=auto
           --train.warmup_steps=4000 --train.lr_scale=5 --train.lr_cooldown_share=0.2273)
-table3() { transformer-mt table3 --data "$WORK/data" --out "$WORK" "${PROTOCOL[@]}" "$@"; }
+table3() {
+  transformer-mt table3 --data "$WORK/data" --out "$WORK" "${PROTOCOL[@]}" \
+    ${DEVICE:+--device "$DEVICE"} "$@"
+}
 if [ -z "${REPORT_ONLY:-}" ]; then
   # every row but big with seed 1, then with seed 2, base's seed 3, then big (three times the
   # steps at twice the width: hours a seed), so that no job waits on it and a session's end
