@@ -6,8 +6,9 @@
 # table, its plot, the driver's log; never checkpoints) into the results folder.
 # Usage: benchmarks/table3/run.sh [RESULTS_DIR] ; JOBS rows at once (default 2), WORK the run
 # folder (default runs/table3-scale4), DEVICE where they train (default: the CPU; DEVICE=cuda
-# JOBS=16 trains 16 rows at once on one GPU), REPORT_ONLY=1 trains nothing (the table so far,
-# copied).
+# JOBS=16 trains 16 rows at once on one GPU), SEEDS one pass over these seeds instead of the
+# order below (of the rows in ROWS, default all: e.g. SEEDS="1 2" ROWS=A,B,C,D,E on a GPU),
+# REPORT_ONLY=1 trains nothing (the table so far, copied).
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 DATA=${TRANSFORMER_MT_DATA:-$REPO/../shared/data}
@@ -33,7 +34,9 @@ table3() {
   transformer-mt table3 --data "$WORK/data" --out "$WORK" "${PROTOCOL[@]}" \
     ${DEVICE:+--device "$DEVICE"} "$@"
 }
-if [ -z "${REPORT_ONLY:-}" ]; then
+if [ -z "${REPORT_ONLY:-}" ] && [ -n "${SEEDS:-}" ]; then
+  table3 ${ROWS:+--rows "$ROWS"} --seeds $SEEDS --jobs "${JOBS:-2}" || status=$?
+elif [ -z "${REPORT_ONLY:-}" ]; then
   # every row but big with seed 1, then with seed 2, base's seed 3, then big (three times the
   # steps at twice the width: hours a seed), so that no job waits on it and a session's end
   # leaves whole seeds of most rows
@@ -42,7 +45,8 @@ if [ -z "${REPORT_ONLY:-}" ]; then
     && table3 --rows base --seeds 1 2 3 --jobs "${JOBS:-2}" \
     && table3 --seeds 1 2 --jobs "${JOBS:-2}" || status=$?
 fi
-table3 --seeds 1 2 3 --report  # the table of every row and seed recorded so far
+# the table of every row and seed recorded so far
+table3 --seeds $(printf '%s\n' 1 2 3 ${SEEDS:-} | sort -nu) --report
 for run in "$WORK"/runs/*/; do  # the rows scored; one still training comes with its result
   name=$(basename "$run")
   [ -f "$WORK/results/$name.json" ] || continue
