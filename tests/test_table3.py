@@ -211,3 +211,32 @@ def test_train_ppl_reads_the_training_batches_of_the_last_tenth():
                for s in range(50, 1001, 50)]
     metrics += [{"kind": "valid", "step": 1000, "nll": 0.1}, {"kind": "machine", "step": 0}]
     assert train_ppl(metrics, 1000) == pytest.approx(math.exp((2.95 + 3.0) / 2))
+
+
+def test_curves_group_rows_as_the_table_with_base_in_every_group(tmp_path):
+    from transformer_mt.research.table3 import plot_curves, row_curves
+
+    def run(name: str, group: str, seed: int, valid: list[tuple[int, float]]) -> dict:
+        run_dir = tmp_path / "runs" / f"{name}-seed{seed}"
+        run_dir.mkdir(parents=True)
+        records = [{"kind": "train", "step": 5, "loss": 9.0}]
+        records += [{"kind": "valid", "step": s, "bleu": b, "ppl": 100 / b} for s, b in valid]
+        (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        return {"row": name, "group": group, "seed": seed}
+
+    results = [run("base", "base", 1, [(10, 1.0), (20, 2.0)]),
+               run("base", "base", 2, [(20, 2.5), (10, 1.5)]),  # out of order: sorted by step
+               run("A-h1", "(A)", 1, [(10, 3.0), (20, 4.0), (20, 4.5)]),  # resumed: the last
+               run("C-N2", "(C)", 1, [(10, 5.0), (20, 6.0)]),
+               {"row": "C-N4", "group": "(C)", "seed": 1}]  # its run directory is gone
+    curves = row_curves(results, tmp_path)
+    assert list(curves) == ["(A)", "(C)"]
+    assert list(curves["(A)"]) == ["base", "A-h1"] and list(curves["(C)"]) == ["base", "C-N2"]
+    assert [[r["bleu"] for r in seed] for seed in curves["(A)"]["base"]] == [[1.0, 2.0],
+                                                                             [1.5, 2.5]]
+    assert [r["bleu"] for r in curves["(A)"]["A-h1"][0]] == [3.0, 4.5]
+    assert plot_curves(curves, tmp_path / "curves.png", "t") == tmp_path / "curves.png"
+    assert (tmp_path / "curves.png").stat().st_size > 10_000
+    one_point = {"(A)": {"base": [[{"step": 10, "bleu": 1.0, "ppl": 9.0}]]}}
+    assert plot_curves(one_point, tmp_path / "none.png", "t") is None, "no curve to draw"
+    assert not (tmp_path / "none.png").exists()

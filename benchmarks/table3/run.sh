@@ -3,7 +3,7 @@
 # but big with seed 1, then with seed 2, the base row's third seed, then big's two seeds
 # (resumable over sessions: re-run to go on; the results already committed are taken, not
 # trained again), then copy what is worth keeping (per row: config, metrics, result; the
-# table, its plot, the driver's log; never checkpoints) into the results folder.
+# table, its plots, the driver's log; never checkpoints) into the results folder.
 # Usage: benchmarks/table3/run.sh [RESULTS_DIR] ; JOBS rows at once (default 2), WORK the run
 # folder (default runs/table3-scale4), DEVICE where they train (default: the CPU; DEVICE=cuda
 # JOBS=16 trains 16 rows at once on one GPU), SEEDS one pass over these seeds instead of the
@@ -53,6 +53,7 @@ for run in "$WORK"/runs/*/; do  # the rows scored; one still training comes with
   mkdir -p "$RESULTS/runs/$name"
   cp "$run/config.json" "$run/metrics.jsonl" "$RESULTS/runs/$name/"
 done
-cp "$WORK"/table.md "$WORK"/table.csv "$WORK"/table.png "$WORK"/run.log "$RESULTS/"
+cp "$WORK"/table.md "$WORK"/table.csv "$WORK"/table.png "$WORK"/curves.png "$WORK"/run.log \
+  "$RESULTS/"
 mkdir -p "$RESULTS/results" && cp "$WORK"/results/*.json "$RESULTS/results/"
 exit ${status:-0}

@@ -10,7 +10,9 @@ from ..config import ConfigError, load_config, preset_names
 from ..research.table3 import (
     ORDER,
     change_cells,
+    plot_curves,
     recorded,
+    row_curves,
     run_table,
     select_rows,
     summarise,
@@ -26,7 +28,8 @@ def add_parser(sub) -> None:
                     "positions, big) for the same --steps on one prepared data directory, "
                     "score its last checkpoint on the validation split (perplexity per subword, "
                     "beam-search BLEU as §6.1; no averaging) and write table.md, table.csv and "
-                    "table.png to --out, the paper's numbers beside ours. Sizes are the "
+                    "table.png to --out, the paper's numbers beside ours (and curves.png, "
+                    "each row's validations against step, with --valid-every). Sizes are the "
                     "paper's divided by --scale (d_model, d_ff, d_k, d_v). Re-running skips "
                     "finished rows and resumes a killed one exactly. Any config key can be "
                     "set for every row with --section.key=value, e.g. --train.max_tokens=4096.")
@@ -95,4 +98,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"{line['row']}: {' | '.join(change_cells(line))}")
     for path in write_table(lines, args.out, header):
         print(path)
+    curves = plot_curves(row_curves(results, args.out), args.out / "curves.png",
+                         "Table 3: each row's validation against step (black: the base row)")
+    if curves:
+        print(curves)
     return 0

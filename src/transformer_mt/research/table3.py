@@ -20,6 +20,7 @@ import multiprocessing
 import os
 import statistics
 import time
+from collections import defaultdict
 from collections.abc import Set
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -355,5 +356,64 @@ def plot_table(lines: list[dict], path: Path) -> Path:
     fig.suptitle("Table 3: change against the base row")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+Curves = dict[str, dict[str, list[list[dict]]]]  # panel -> line -> each seed's validations
+
+
+def row_curves(results: list[dict], out_dir: Path) -> Curves:
+    """Each recorded row's validation records by seed, in step order (the curve of
+    --valid-every), grouped as Table 3 groups its rows, the base row's in every group; read from
+    out_dir/runs/ROW-seedS/metrics.jsonl (runs whose directory is gone are left out)."""
+    runs: dict[str, list[list[dict]]] = defaultdict(list)
+    groups: dict[str, list[str]] = defaultdict(list)
+    for r in results:
+        run_dir = out_dir / "runs" / f"{r['row']}-seed{r['seed']}"
+        if not (run_dir / "metrics.jsonl").exists():
+            continue
+        by_step = {m["step"]: m for m in read_metrics(run_dir) if m["kind"] == "valid"}
+        runs[r["row"]].append([by_step[step] for step in sorted(by_step)])
+        if r["row"] != "base" and r["row"] not in groups[r["group"]]:
+            groups[r["group"]].append(r["row"])
+    return {group: {name: runs[name] for name in ["base", *names] if runs[name]}
+            for group, names in groups.items()}
+
+
+def plot_curves(curves: Curves, path: Path, title: str) -> Path | None:
+    """Dev BLEU and dev perplexity per subword against step, a column of two panels per group
+    (each seed a line, a line's seeds one colour, the base row black): whether a row's
+    validation has flattened, and where rows part from base. None where no run was validated
+    more than once."""
+    if not any(len(seed) > 1 for lines in curves.values() for line in lines.values()
+               for seed in line):
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, len(curves), figsize=(3.2 * len(curves) + 1, 6),
+                             sharex=True, sharey="row", squeeze=False)
+    for column, (group, lines) in enumerate(curves.items()):
+        bleu_ax, ppl_ax = axes[0, column], axes[1, column]
+        for i, (name, seeds) in enumerate(lines.items()):
+            style = {"color": "black" if name == "base" else f"C{i}", "marker": ".",
+                     "linewidth": 1, "alpha": 0.8}
+            for k, records in enumerate(seeds):
+                steps = [r["step"] for r in records]
+                label = name if k == 0 else None
+                bleu_ax.plot(steps, [r["bleu"] for r in records], label=label, **style)
+                ppl_ax.plot(steps, [r["ppl"] for r in records], **style)
+        bleu_ax.set_title(group)
+        bleu_ax.legend(fontsize=7)
+        ppl_ax.set_yscale("log")
+        ppl_ax.set_xlabel("step")
+    axes[0, 0].set_ylabel("dev BLEU")
+    axes[1, 0].set_ylabel("dev PPL per subword")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
