@@ -113,13 +113,15 @@ def test_the_driver_writes_the_table_skips_finished_rows_and_resumes_a_killed_on
         table = list(csv.reader(f))
     assert [r[0] for r in table] == ["row", "base", "D-ls0.2"]
     assert table[2][8] == "0.2" and table[1][2] == "32" and table[1][5] == "4"  # 512/16, 64/16
-    assert table[0][-3:] == ["BLEU vs base (± 2 SE)", "paper BLEU vs base", "verdict"]
+    assert table[0][-4:] == ["BLEU vs base (± 2 SE)", "paper BLEU vs base", "verdict",
+                             "ran on (seed: machine)"]
     assert table[0][11:13] == ["train PPL", "dev PPL"] and float(table[1][11]) > 1
-    assert table[1][-3:] == ["", "", ""] and table[2][-2:] == ["-0.1", "noise not measured"]
+    assert table[1][-4:] == ["", "", "", "1: m1"]
+    assert table[2][-3:] == ["-0.1", "noise not measured", "1: m1"]
     assert (straight / "table.png").stat().st_size > 10_000
     assert "| base | 6 | 32 | 128 | 8 | 4 | 4 |" in (straight / "table.md").read_text()
     before = (straight / "table.md").read_text()
-    assert "recorded: seeds 1)" in before
+    assert "recorded: seeds 1)" in before and "Machines: m1 = " in before
     report = subprocess.run(table3(prepared_corpus, straight, "--rows", "A-h1,D-ls0.2",
                                    "--seeds", "1", "2", "--report"),
                             env=env, capture_output=True, text=True)
@@ -177,20 +179,27 @@ def test_seed_noise_is_pooled_over_rows_and_scaled_to_the_change():
     assert verdict(-0.5, -0.9, noise=None) == "noise not measured"
 
 
-def test_the_table_prints_each_change_with_its_interval():
-    from transformer_mt.research.table3 import change_cells, select_rows, summarise
+def test_the_table_prints_each_change_with_its_interval_and_where_each_seed_ran():
+    from transformer_mt.research.table3 import change_cells, machines, select_rows, summarise
 
     rows = select_rows("A-h1,B-dk16")
     model = {"n_encoder_layers": 6, "d_model": 128, "d_ff": 512, "n_heads": 8, "d_k": None,
              "d_v": None, "dropout": 0.1}
 
-    def result(row: str, bleu: float) -> dict:
-        return {"row": row, "dev_bleu": bleu, "dev_ppl": 10.0, "train_ppl": 8.0, "model": model,
-                "label_smoothing": 0.1, "steps": 2000, "parameters": 1e6}
+    zen3, gpu = {"cpu": "Zen 3", "bf16": False}, {"gpu": "H100", "bf16": True}
 
-    results = [result("base", b) for b in (30.0, 31.0, 32.0)] + \
-        [result("A-h1", b) for b in (27.0, 28.0)] + [result("B-dk16", 31.5)]
+    def result(row: str, bleu: float, seed: int, *machines: dict) -> dict:
+        return {"row": row, "seed": seed, "dev_bleu": bleu, "dev_ppl": 10.0, "train_ppl": 8.0,
+                "model": model, "label_smoothing": 0.1, "steps": 2000, "parameters": 1e6,
+                "machines": [{"step": 0} | m for m in machines or (zen3,)]}
+
+    results = [result("base", b, s) for s, b in ((1, 30.0), (2, 31.0), (3, 32.0))] + \
+        [result("A-h1", 27.0, 1, gpu), result("A-h1", 28.0, 2, zen3, zen3, gpu)] + \
+        [result("B-dk16", 31.5, 1)]
+    assert machines(results) == {"Zen 3 in float32": "m1", "H100 in bf16": "m2"}
     lines, noise = summarise(rows, results)
+    assert [line["ran_on"] for line in lines] == ["1: m1; 2: m1; 3: m1", "1: m2; 2: m1+m2",
+                                                  "1: m1"]
     # base: variance 1 (2 dof), A-h1: variance 0.5 (1 dof); B-dk16 one seed adds nothing
     assert noise.dof == 3 and noise.sd == pytest.approx((2.5 / 3) ** 0.5)
     change, within = lines[1]["bleu_change"]

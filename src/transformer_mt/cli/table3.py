@@ -10,6 +10,7 @@ from ..config import ConfigError, load_config, preset_names
 from ..research.table3 import (
     ORDER,
     change_cells,
+    machines,
     plot_curves,
     recorded,
     row_curves,
@@ -92,6 +93,8 @@ def run(args: argparse.Namespace) -> int:
               "change of the mean against the base row's, ± two standard errors of it, "
               "2 s sqrt(1/n + 1/n_base), with s the sd between seeds pooled over the rows "
               f"with several seeds: {pooled}; 'verdict': that change against the paper's. "
+              "Machines: " + "; ".join(f"{key} = {where}" for where, key in
+                                       machines(results).items()) + ". "
               "Overrides: " + (" ".join(args.overrides) or "none") + ".")
     print(f"seed noise: {pooled}")
     for line in lines[1:]:

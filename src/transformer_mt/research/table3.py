@@ -228,11 +228,34 @@ class SeedNoise:
         return 2 * self.sd * math.sqrt(1 / n + 1 / n_base)
 
 
+def machines(results: list[dict]) -> dict[str, str]:
+    """Each machine and precision a stretch of a recorded row ran on (the GPU's or CPU's
+    name, bf16 or float32) -> its short name in the table, m1, m2, ... in order of first
+    appearance."""
+    names: dict[str, str] = {}
+    for r in results:
+        for where in map(stretch_machine, r["machines"]):
+            names.setdefault(where, f"m{len(names) + 1}")
+    return names
+
+
+def stretch_machine(stretch: dict) -> str:
+    return f"{stretch.get('gpu') or stretch['cpu']} in {'bf16' if stretch['bf16'] else 'float32'}"
+
+
+def ran_on(found: list[dict], names: dict[str, str]) -> str:
+    """Where each seed of a row ran, as 'seed: m1' ('m1+m2' for a row resumed elsewhere)."""
+    return "; ".join(f"{r['seed']}: " + "+".join(dict.fromkeys(
+        names[stretch_machine(m)] for m in r["machines"])) for r in found)
+
+
 def summarise(rows: list[Row], results: list[dict]) -> tuple[list[dict], SeedNoise | None]:
-    """One line per row (rows[0] the base row): mean and sd over seeds, the paper's numbers,
-    and for every other row its BLEU change against base with two standard errors, the
-    paper's change and the verdict; with the pooled seed noise the intervals come from."""
+    """One line per row (rows[0] the base row): mean and sd over seeds, where each seed ran,
+    the paper's numbers, and for every other row its BLEU change against base with two
+    standard errors, the paper's change and the verdict; with the pooled seed noise the
+    intervals come from."""
     by_row = {row.name: [r for r in results if r["row"] == row.name] for row in rows}
+    names = machines(results)
     if not by_row["base"]:
         raise ConfigError("table3: the base row has no result yet; every row is compared "
                           "with it")
@@ -247,7 +270,8 @@ def summarise(rows: list[Row], results: list[dict]) -> tuple[list[dict], SeedNoi
                 "model": found[0]["model"], "label_smoothing": found[0]["label_smoothing"],
                 "steps": found[0]["steps"], "parameters": found[0]["parameters"],
                 "dev_ppl": _mean_sd(ppl), "dev_bleu": _mean_sd(bleu), "paper": row.paper,
-                "train_ppl": _mean_sd([r["train_ppl"] for r in found])}
+                "train_ppl": _mean_sd([r["train_ppl"] for r in found]),
+                "ran_on": ran_on(found, names)}
         if row.name != "base":
             change = statistics.mean(bleu) - statistics.mean(base_bleu)
             within = None if noise is None else noise.of_change(len(bleu), len(base_bleu))
@@ -280,7 +304,8 @@ def _mean_sd(values: list[float]) -> list[float | None]:
 
 COLUMNS = ("row", "N", "d_model", "d_ff", "h", "d_k", "d_v", "P_drop", "eps_ls", "steps",
            "seeds", "train PPL", "dev PPL", "dev BLEU", "params x10^6", "paper PPL", "paper BLEU",
-           "paper params x10^6", "BLEU vs base (± 2 SE)", "paper BLEU vs base", "verdict")
+           "paper params x10^6", "BLEU vs base (± 2 SE)", "paper BLEU vs base", "verdict",
+           "ran on (seed: machine)")
 
 
 def table_cells(line: dict) -> list[str]:
@@ -300,7 +325,7 @@ def table_cells(line: dict) -> list[str]:
             str(line["label_smoothing"]), str(line["steps"]), str(line["seeds"]),
             stat(line["train_ppl"]), stat(line["dev_ppl"]),
             stat(line["dev_bleu"]), f"{line['parameters'] / 1e6:.1f}", cell(paper["ppl"]),
-            cell(paper["bleu"]), cell(paper["params"]), *change_cells(line)]
+            cell(paper["bleu"]), cell(paper["params"]), *change_cells(line), line["ran_on"]]
 
 
 def change_cells(line: dict) -> list[str]:
