@@ -1,7 +1,9 @@
+import json
+
 import pytest
 
 from transformer_mt import ModelConfig, load_config
-from transformer_mt.config import PRESETS_DIR, ConfigError, preset_names
+from transformer_mt.config import PRESETS_DIR, ConfigError, config_to_dict, preset_names
 
 
 def test_presets_follow_the_paper():
@@ -188,3 +190,18 @@ def test_the_wmt14_presets_are_the_papers_recipes():
                 "label_smoothing", "accumulate", "bf16", "clip_norm"):
         assert getattr(base.train, key) == getattr(big.train, key) == getattr(paper, key), key
     assert base.decode == big.decode == load_config("base").decode  # beam 4, alpha 0.6
+
+
+def test_a_runs_config_json_is_a_config_less_the_runs_record(tmp_path):
+    """`train --config runs/X/config.json` trains run X's config again (with overrides); the
+    record of the run (its data directory, languages) is not config, and a YAML file keeps
+    refusing such keys."""
+    cfg = load_config("tiny", ["train.seed=7"])
+    run = config_to_dict(cfg) | {"data_dir": "/data/m30k", "languages": ["en", "de"]}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(run))
+    assert load_config(path) == cfg
+    assert load_config(path, ["train.lr_scale=1.25"]).train.lr_scale == 1.25
+    (tmp_path / "config.yaml").write_text(json.dumps(run))
+    with pytest.raises(ConfigError, match="unknown config key 'data_dir'"):
+        load_config(tmp_path / "config.yaml")

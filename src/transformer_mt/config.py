@@ -697,10 +697,15 @@ def _is_valid(data: dict[str, Any]) -> bool:
     return True
 
 
+# what a run's config.json records beside the config it trained with (training/loop.py): read
+# as a --config, a run's config.json is that config (`train --config runs/X/config.json`)
+RUN_RECORD = ("data_dir", "languages")
+
+
 def config_data(preset_or_yaml: str | Path = "base", overrides: list[str] = ()
                 ) -> tuple[Path, dict[str, Any]]:
-    """The file a preset name or YAML path names, and its plain data with the overrides
-    applied (not yet checked: `load_config`)."""
+    """The file a preset name or YAML path (or a run's config.json) names, and its plain data
+    with the overrides applied (not yet checked: `load_config`)."""
     path = Path(preset_or_yaml)
     if not path.suffix and not path.is_file():  # a folder named like a preset is no config
         path = PRESETS_DIR / f"{preset_or_yaml}.yaml"
@@ -714,6 +719,8 @@ def config_data(preset_or_yaml: str | Path = "base", overrides: list[str] = ()
         raise ConfigError(f"{path}: cannot read config: {err}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level")
+    if path.suffix == ".json":  # a run's config.json, perhaps written by an older version
+        data = without_retired({k: v for k, v in data.items() if k not in RUN_RECORD}, str(path))
     for override in overrides:
         key, sep, raw = override.lstrip("-").partition("=")
         if not sep or not key:

@@ -24,7 +24,8 @@ def add_parser(sub) -> None:
                     "below).",
         epilog=config_keys(), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", default="base",
-                   help=f"preset ({', '.join(preset_names())}) or YAML file (default: base)")
+                   help=f"preset ({', '.join(preset_names())}) or YAML file, or a run's "
+                        "config.json to train its config again (default: base)")
     p.add_argument("--data", required=True, type=Path, help="prepared data directory")
     p.add_argument("--run-dir", required=True, type=Path, help="where the run is written")
     p.add_argument("--init-from", type=Path, metavar="MODEL_DIR",

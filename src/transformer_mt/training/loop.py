@@ -313,7 +313,7 @@ class Run:
         if cfg.train.bpe_dropout and not isinstance(vocab, Vocabulary):
             raise ConfigError(f"train.bpe_dropout: {data_dir}'s vocabulary is not one "
                               "SentencePiece model (BPE-dropout resegments with it)")
-        config = config_to_dict(cfg) | {"data_dir": str(data_dir),
+        config = config_to_dict(cfg) | {"data_dir": str(data_dir),  # config.RUN_RECORD
                                         "languages": [meta["src_lang"], meta["tgt_lang"]]}
         if init_from is not None:
             config["init_from"] = str(init_from)
