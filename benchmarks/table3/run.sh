@@ -23,7 +23,9 @@ if [ ! -f "$WORK/data/meta.json" ]; then
     --out "$WORK/data"
 fi
 # the committed results are the record: they replace a run folder's older copies of the same rows
+# (and their runs' metrics, for the curves, join a run folder that lacks them: a fresh machine's)
 cp "$RESULTS"/results/*.json "$WORK/results/" 2>/dev/null || true
+mkdir -p "$WORK/runs" && cp -rn "$RESULTS/runs/." "$WORK/runs/" 2>/dev/null || true
 # chosen by the base row's probes (docs/table3.md; the results folder's protocol-probes/): a
 # quarter of the paper's sizes, 3,000 steps of 2,048-token batches (big 9,000), eq. (3) at the
 # paper-size d_model times 5 (2.5 at d_model 128, the multi30k recipe's rate) with the paper's
@@ -53,7 +55,7 @@ for run in "$WORK"/runs/*/; do  # the rows scored; one still training comes with
   mkdir -p "$RESULTS/runs/$name"
   cp "$run/config.json" "$run/metrics.jsonl" "$RESULTS/runs/$name/"
 done
-cp "$WORK"/table.md "$WORK"/table.csv "$WORK"/table.png "$WORK"/curves.png "$WORK"/run.log \
-  "$RESULTS/"
+cp "$WORK"/table.md "$WORK"/table.csv "$WORK"/table.png "$WORK"/run.log "$RESULTS/"
+[ ! -f "$WORK/curves.png" ] || cp "$WORK/curves.png" "$RESULTS/"
 mkdir -p "$RESULTS/results" && cp "$WORK"/results/*.json "$RESULTS/results/"
 exit ${status:-0}
