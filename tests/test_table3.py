@@ -229,7 +229,9 @@ def test_curves_group_rows_as_the_table_with_base_in_every_group(tmp_path):
         run_dir = tmp_path / "runs" / f"{name}-seed{seed}"
         run_dir.mkdir(parents=True)
         records = [{"kind": "train", "step": 5, "loss": 9.0}]
-        records += [{"kind": "valid", "step": s, "bleu": b, "ppl": 100 / b} for s, b in valid]
+        records += [{"kind": "valid", "step": s, "bleu": b, "ppl": 100 / b}
+                    | ({"encoder_spread": b / 10} if name == "C-N2" else {})  # logged by some
+                    for s, b in valid]
         (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
         return {"row": name, "group": group, "seed": seed}
 

@@ -406,37 +406,44 @@ def row_curves(results: list[dict], out_dir: Path) -> Curves:
             for group, names in groups.items()}
 
 
+# what curves.png draws of each validation, top to bottom: key, axis label, scale
+CURVE_PANELS = (("bleu", "dev BLEU", "linear"), ("ppl", "dev PPL per subword", "log"),
+                ("encoder_spread", "encoder spread\n(0: one vector for all words)", "linear"))
+
+
 def plot_curves(curves: Curves, path: Path, title: str) -> Path | None:
-    """Dev BLEU and dev perplexity per subword against step, a column of two panels per group
-    (each seed a line, a line's seeds one colour, the base row black): whether a row's
-    validation has flattened, and where rows part from base. None where no run was validated
-    more than once."""
-    if not any(len(seed) > 1 for lines in curves.values() for line in lines.values()
-               for seed in line):
+    """Dev BLEU, dev perplexity per subword and the encoder's spread (where the runs logged
+    it) against step, a column of panels per group (each seed a line, a line's seeds one
+    colour, the base row black): whether a row's validation has flattened, where rows part
+    from base, and whether an encoder has collapsed. None where no run was validated more
+    than once."""
+    seeds = [seed for lines in curves.values() for line in lines.values() for seed in line]
+    if not any(len(seed) > 1 for seed in seeds):
         return None
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, len(curves), figsize=(3.2 * len(curves) + 1, 6),
-                             sharex=True, sharey="row", squeeze=False)
+    panels = [p for p in CURVE_PANELS if any(p[0] in r for seed in seeds for r in seed)]
+    fig, axes = plt.subplots(len(panels), len(curves), sharex=True, sharey="row",
+                             figsize=(3.2 * len(curves) + 1, 3 * len(panels)), squeeze=False)
     for column, (group, lines) in enumerate(curves.items()):
-        bleu_ax, ppl_ax = axes[0, column], axes[1, column]
         for i, (name, seeds) in enumerate(lines.items()):
             style = {"color": "black" if name == "base" else f"C{i}", "marker": ".",
                      "linewidth": 1, "alpha": 0.8}
-            for k, records in enumerate(seeds):
-                steps = [r["step"] for r in records]
-                label = name if k == 0 else None
-                bleu_ax.plot(steps, [r["bleu"] for r in records], label=label, **style)
-                ppl_ax.plot(steps, [r["ppl"] for r in records], **style)
-        bleu_ax.set_title(group)
-        bleu_ax.legend(fontsize=7)
-        ppl_ax.set_yscale("log")
-        ppl_ax.set_xlabel("step")
-    axes[0, 0].set_ylabel("dev BLEU")
-    axes[1, 0].set_ylabel("dev PPL per subword")
+            for k, seed in enumerate(seeds):
+                for ax, (key, _, _) in zip(axes[:, column], panels, strict=True):
+                    points = [(r["step"], r[key]) for r in seed if key in r]
+                    if points:
+                        ax.plot(*zip(*points, strict=True), label=name if k == 0 else None,
+                                **style)
+        axes[0, column].set_title(group)
+        axes[0, column].legend(fontsize=7)
+        axes[-1, column].set_xlabel("step")
+    for ax, (_, label, scale) in zip(axes[:, 0], panels, strict=True):
+        ax.set_ylabel(label)
+        ax.set_yscale(scale)
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
