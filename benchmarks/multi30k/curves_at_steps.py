@@ -15,12 +15,7 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from transformer_mt.training.metrics import read_metrics
-
-
-def validations(run: Path) -> dict[int, dict]:
-    """step -> the validation record of that step (the last one, where a resume repeated it)."""
-    return {r["step"]: r for r in read_metrics(run) if r["kind"] == "valid"}
+from transformer_mt.training.metrics import validations
 
 
 def collect(out: Path) -> dict[str, dict[int, dict[int, dict]]]:
@@ -29,7 +24,7 @@ def collect(out: Path) -> dict[str, dict[int, dict[int, dict]]]:
     for run in sorted(p for p in out.iterdir() if (p / "metrics.jsonl").exists()):
         match = re.fullmatch(r"(.+)-seed(\d+)", run.name)
         if match:
-            found[match[1]][int(match[2])] = validations(run)
+            found[match[1]][int(match[2])] = {r["step"]: r for r in validations(run)}
     return dict(found)
 
 

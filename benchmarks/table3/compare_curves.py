@@ -11,7 +11,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from transformer_mt.research.table3 import plot_curves
-from transformer_mt.training.metrics import read_metrics
+from transformer_mt.training.metrics import validations
 
 
 def main() -> None:
@@ -22,9 +22,7 @@ def main() -> None:
     args = p.parse_args()
     lines: dict[str, list[list[dict]]] = defaultdict(list)
     for run in args.runs:
-        by_step = {r["step"]: r for r in read_metrics(run) if r["kind"] == "valid"}
-        name = re.sub(r"-seed\d+$", "", run.resolve().name)
-        lines[name].append([by_step[step] for step in sorted(by_step)])
+        lines[re.sub(r"-seed\d+$", "", run.resolve().name)].append(validations(run))
     print(plot_curves({"": dict(lines)}, args.out, args.title))
 
 

@@ -30,7 +30,7 @@ from typing import Any
 from ..config import PRESETS_DIR, Config, ConfigError, config_from_dict, config_to_dict, read_yaml
 from ..data.prepare import load_vocab
 from ..storage.files import atomic_write
-from ..training.metrics import read_metrics
+from ..training.metrics import read_metrics, validations
 
 log = logging.getLogger(__name__)
 
@@ -398,8 +398,7 @@ def row_curves(results: list[dict], out_dir: Path) -> Curves:
         run_dir = out_dir / "runs" / f"{r['row']}-seed{r['seed']}"
         if not (run_dir / "metrics.jsonl").exists():
             continue
-        by_step = {m["step"]: m for m in read_metrics(run_dir) if m["kind"] == "valid"}
-        runs[r["row"]].append([by_step[step] for step in sorted(by_step)])
+        runs[r["row"]].append(validations(run_dir))
         if r["row"] != "base" and r["row"] not in groups[r["group"]]:
             groups[r["group"]].append(r["row"])
     return {group: {name: runs[name] for name in ["base", *names] if runs[name]}
@@ -417,15 +416,15 @@ def plot_curves(curves: Curves, path: Path, title: str) -> Path | None:
     colour, the base row black): whether a row's validation has flattened, where rows part
     from base, and whether an encoder has collapsed. None where no run was validated more
     than once."""
-    seeds = [seed for lines in curves.values() for line in lines.values() for seed in line]
-    if not any(len(seed) > 1 for seed in seeds):
+    every_run = [seed for lines in curves.values() for line in lines.values() for seed in line]
+    if not any(len(seed) > 1 for seed in every_run):
         return None
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = [p for p in CURVE_PANELS if any(p[0] in r for seed in seeds for r in seed)]
+    panels = [p for p in CURVE_PANELS if any(p[0] in r for seed in every_run for r in seed)]
     fig, axes = plt.subplots(len(panels), len(curves), sharex=True, sharey="row",
                              figsize=(3.2 * len(curves) + 1, 3 * len(panels)), squeeze=False)
     for column, (group, lines) in enumerate(curves.items()):

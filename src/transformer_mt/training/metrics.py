@@ -43,6 +43,13 @@ def read_metrics(run_dir: Path) -> list[dict]:
     return records
 
 
+def validations(run_dir: Path) -> list[dict]:
+    """The validation records of run_dir/metrics.jsonl in step order, one a step (the last,
+    where a resumed run validated a step again): the run's validation curve."""
+    by_step = {r["step"]: r for r in read_metrics(run_dir) if r["kind"] == "valid"}
+    return [by_step[step] for step in sorted(by_step)]
+
+
 def truncate_metrics(run_dir: Path, step: int) -> None:
     """Keep only the records up to `step` (atomically: a crash here loses nothing)."""
     path = Path(run_dir) / METRICS_FILE
