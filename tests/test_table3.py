@@ -113,7 +113,7 @@ def test_the_driver_writes_the_table_skips_finished_rows_and_resumes_a_killed_on
         table = list(csv.reader(f))
     assert [r[0] for r in table] == ["row", "base", "D-ls0.2"]
     assert table[2][8] == "0.2" and table[1][2] == "32" and table[1][5] == "4"  # 512/16, 64/16
-    assert table[0][-4:] == ["BLEU vs base (± 2 SE)", "paper BLEU vs base", "verdict",
+    assert table[0][-4:] == ["BLEU vs base (± 95 % interval)", "paper BLEU vs base", "verdict",
                              "ran on (seed: machine)"]
     assert table[0][11:13] == ["train PPL", "dev PPL"] and float(table[1][11]) > 1
     assert table[1][-4:] == ["", "", "", "1: m1"]
@@ -163,13 +163,19 @@ def test_the_driver_writes_the_table_skips_finished_rows_and_resumes_a_killed_on
         str(straight), str(killed))
 
 
+T3_975 = 3.182446  # Student's t at 97.5 % with 3 degrees of freedom
+
+
 def test_seed_noise_is_pooled_over_rows_and_scaled_to_the_change():
     from transformer_mt.research.table3 import SeedNoise, verdict
 
     # variances 2 (1 dof) and 4 (2 dof); a single seed adds nothing
     noise = SeedNoise.pooled([[1.0, 3.0], [2.0, 4.0, 6.0], [5.0]])
     assert noise.sd == pytest.approx((10 / 3) ** 0.5) and noise.dof == 3
-    assert noise.of_change(2, 3) == pytest.approx(2 * (10 / 3) ** 0.5 * (1 / 2 + 1 / 3) ** 0.5)
+    # Student's t at 97.5 %, from the tables: 3.182446 at 3 degrees of freedom, 12.7062 at 1
+    assert noise.t == pytest.approx(T3_975, abs=1e-6)
+    assert noise.of_change(2, 3) == pytest.approx(T3_975 * (10 / 3) ** 0.5 * (5 / 6) ** 0.5)
+    assert SeedNoise.pooled([[30.0, 30.1]]).t == pytest.approx(12.7062, abs=1e-4)
     assert SeedNoise.pooled([[1.0], [2.0]]) is None
     assert verdict(-1.5, -0.9, noise=1.0) == "the paper's direction, outside the noise"
     assert verdict(+1.5, -0.9, noise=1.0) == "opposite to the paper, outside the noise"
@@ -204,10 +210,10 @@ def test_the_table_prints_each_change_with_its_interval_and_where_each_seed_ran(
     assert noise.dof == 3 and noise.sd == pytest.approx((2.5 / 3) ** 0.5)
     change, within = lines[1]["bleu_change"]
     assert change == pytest.approx(-3.5)
-    assert within == pytest.approx(2 * (2.5 / 3) ** 0.5 * (1 / 2 + 1 / 3) ** 0.5)
+    assert within == pytest.approx(T3_975 * (2.5 / 3) ** 0.5 * (1 / 2 + 1 / 3) ** 0.5)
     assert change_cells(lines[1]) == [f"-3.50 ± {within:.2f}", "-0.9",
                                       "the paper's direction, outside the noise"]
-    assert change_cells(lines[2])[1:] == ["-0.7", "within the noise"]  # +0.5 against 2.1
+    assert change_cells(lines[2])[1:] == ["-0.7", "within the noise"]  # +0.5 against 3.35
     assert change_cells(lines[0]) == ["", "", ""]
 
 

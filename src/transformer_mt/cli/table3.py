@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     lines, noise = summarise(rows, results)
     recorded_seeds = sorted({r["seed"] for r in results})
     pooled = ("not measured yet (no row has two seeds)" if noise is None else
-              f"s = {noise.sd:.2f} BLEU over {noise.dof} degrees of freedom")
+              f"s = {noise.sd:.2f} BLEU over {noise.dof} degrees of freedom, t = {noise.t:.2f}")
     header = (f"Table 3 reproduced on {args.data}: the paper's sizes divided by {args.scale} "
               f"(d_model, d_ff, d_k, d_v; N and h as the paper), {args.steps} steps for every "
               f"row (big {3 * args.steps}), the last checkpoint, dev perplexity per subword and "
@@ -90,9 +90,10 @@ def run(args: argparse.Namespace) -> int:
               f"seeds {' '.join(map(str, recorded_seeds))}); train "
               "PPL: the training batches of the last tenth of the steps (dropout on). The "
               "paper's columns are its newstest2013 numbers at full size. 'BLEU vs base': the "
-              "change of the mean against the base row's, ± two standard errors of it, "
-              "2 s sqrt(1/n + 1/n_base), with s the sd between seeds pooled over the rows "
-              f"with several seeds: {pooled}; 'verdict': that change against the paper's. "
+              "change of the mean against the base row's, ± half its 95 % interval, "
+              "t s sqrt(1/n + 1/n_base), with s the sd between seeds pooled over the rows "
+              "with several seeds and t Student's 97.5 % quantile at its degrees of freedom: "
+              f"{pooled}; 'verdict': that change against the paper's. "
               "Machines: " + "; ".join(f"{key} = {where}" for where, key in
                                        machines(results).items()) + ". "
               "Overrides: " + (" ".join(args.overrides) or "none") + ".")
