@@ -32,9 +32,12 @@ mkdir -p "$WORK/runs" && cp -rn "$RESULTS/runs/." "$WORK/runs/" 2>/dev/null || t
 # 4,000 warmup steps, and a linear cooldown over the last 22.7 % of the steps (the recipe's)
 PROTOCOL=(--scale 4 --steps 3000 --valid-every 500 --train.max_tokens=2048 --train.bf16=auto
           --train.warmup_steps=4000 --train.lr_scale=5 --train.lr_cooldown_share=0.2273)
+# a checkpoint every 10 minutes as well as every quarter of a row's steps (not part of the
+# protocol: a bit-exact resume gives the same numbers), so that a session's end costs a big row
+# (hours) at most 10 minutes
 table3() {
   transformer-mt table3 --data "$WORK/data" --out "$WORK" "${PROTOCOL[@]}" \
-    ${DEVICE:+--device "$DEVICE"} "$@"
+    --train.save_every_minutes=10 ${DEVICE:+--device "$DEVICE"} "$@"
 }
 if [ -z "${REPORT_ONLY:-}" ] && [ -n "${SEEDS:-}" ]; then
   table3 ${ROWS:+--rows "$ROWS"} --seeds $SEEDS --jobs "${JOBS:-2}" || status=$?
