@@ -170,19 +170,42 @@ def test_seed_noise_is_pooled_over_rows_and_scaled_to_the_change():
     from transformer_mt.research.table3 import SeedNoise, verdict
 
     # variances 2 (1 dof) and 4 (2 dof); a single seed adds nothing
-    noise = SeedNoise.pooled([[1.0, 3.0], [2.0, 4.0, 6.0], [5.0]])
-    assert noise.sd == pytest.approx((10 / 3) ** 0.5) and noise.dof == 3
+    noise = SeedNoise.pooled({"base": [1.0, 3.0], "A-h1": [2.0, 4.0, 6.0], "A-h4": [5.0]})
+    assert noise.sd == pytest.approx((10 / 3) ** 0.5) and noise.dof == 3 and not noise.own
     # Student's t at 97.5 %, from the tables: 3.182446 at 3 degrees of freedom, 12.7062 at 1
     assert noise.t == pytest.approx(T3_975, abs=1e-6)
-    assert noise.of_change(2, 3) == pytest.approx(T3_975 * (10 / 3) ** 0.5 * (5 / 6) ** 0.5)
-    assert SeedNoise.pooled([[30.0, 30.1]]).t == pytest.approx(12.7062, abs=1e-4)
-    assert SeedNoise.pooled([[1.0], [2.0]]) is None
+    assert noise.of_change("A-h1", 3, 2) == pytest.approx(
+        T3_975 * (10 / 3) ** 0.5 * (5 / 6) ** 0.5)
+    assert SeedNoise.pooled({"base": [30.0, 30.1]}).t == pytest.approx(12.7062, abs=1e-4)
+    assert SeedNoise.pooled({"base": [1.0], "A-h1": [2.0]}) is None
     assert verdict(-1.5, -0.9, noise=1.0) == "the paper's direction, outside the noise"
     assert verdict(+1.5, -0.9, noise=1.0) == "opposite to the paper, outside the noise"
     assert verdict(+0.5, -0.9, noise=1.0) == "within the noise"
     assert verdict(+0.5, 0.0, noise=1.0) == "as the paper: no change (within the noise)"
     assert verdict(-1.5, 0.0, noise=1.0) == "a change the paper did not see (outside the noise)"
     assert verdict(-0.5, -0.9, noise=None) == "noise not measured"
+
+
+def test_a_row_whose_seeds_vary_far_more_keeps_its_own_noise_and_widens_no_other_row():
+    from transformer_mt.research.table3 import SeedNoise
+
+    # variances 0.02, 0.08, 0.02 (1 dof each) and C-N8's 24.5: against the pool of the rest
+    # (0.04 on 3 dof) F = 612.5, p = 0.00014 < 0.05 / 4 rows, so it leaves the pool; then
+    # A-h1's 0.08 against 0.02 on 2 dof: F = 4, p = 0.18, not below 0.05 / 3: the test stops
+    seeds = {"base": [30.0, 30.2], "A-h1": [31.0, 31.4], "B-dk16": [29.0, 29.2],
+             "C-N8": [20.0, 27.0]}
+    noise = SeedNoise.pooled(seeds)
+    assert noise.sd == pytest.approx(0.2) and noise.dof == 3
+    assert noise.own == {"C-N8": (pytest.approx(24.5 ** 0.5), 1)}
+    # every other row's interval is the pool's, as if C-N8 had not been run
+    assert noise.of_change("A-h1", 2, 2) == pytest.approx(T3_975 * 0.2)
+    # C-N8's is Welch's: variances of the means 12.25 and 0.02, Welch-Satterthwaite dof
+    # 12.27^2 / (12.25^2 / 1 + 0.02^2 / 3) = 1.00327, where Student's t at 97.5 % is 12.6088
+    assert noise.of_change("C-N8", 2, 2) == pytest.approx(12.6088 * 12.27 ** 0.5, rel=1e-4)
+    assert "C-N8 4.95 (1 dof)" in noise.describe()
+    # seeds that vary alike stay pooled
+    alike = SeedNoise.pooled({"base": [30.0, 30.2], "A-h1": [31.0, 31.4], "B-dk16": [29.0, 29.3]})
+    assert not alike.own and alike.dof == 3
 
 
 def test_the_table_prints_each_change_with_its_interval_and_where_each_seed_ran():

@@ -9,6 +9,7 @@ from pathlib import Path
 from ..config import ConfigError, load_config, preset_names
 from ..research.table3 import (
     ORDER,
+    OWN_NOISE_ALPHA,
     change_cells,
     machines,
     plot_curves,
@@ -82,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     lines, noise = summarise(rows, results)
     recorded_seeds = sorted({r["seed"] for r in results})
     pooled = ("not measured yet (no row has two seeds)" if noise is None else
-              f"s = {noise.sd:.2f} BLEU over {noise.dof} degrees of freedom, t = {noise.t:.2f}")
+              noise.describe())
     header = (f"Table 3 reproduced on {args.data}: the paper's sizes divided by {args.scale} "
               f"(d_model, d_ff, d_k, d_v; N and h as the paper), {args.steps} steps for every "
               f"row (big {3 * args.steps}), the last checkpoint, dev perplexity per subword and "
@@ -92,7 +93,10 @@ def run(args: argparse.Namespace) -> int:
               "paper's columns are its newstest2013 numbers at full size. 'BLEU vs base': the "
               "change of the mean against the base row's, ± half its 95 % interval, "
               "t s sqrt(1/n + 1/n_base), with s the sd between seeds pooled over the rows "
-              "with several seeds and t Student's 97.5 % quantile at its degrees of freedom: "
+              "with several seeds and t Student's 97.5 % quantile at its degrees of freedom "
+              f"(a row whose seeds vary more than the pool's, by an F test at "
+              f"{OWN_NOISE_ALPHA:.0%} over the rows, keeps its own sd, and its interval is "
+              "Welch's): "
               f"{pooled}; 'verdict': that change against the paper's. "
               "Machines: " + "; ".join(f"{key} = {where}" for where, key in
                                        machines(results).items()) + ". "

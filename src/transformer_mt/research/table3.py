@@ -23,7 +23,7 @@ import time
 from collections import defaultdict
 from collections.abc import Set
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -206,35 +206,79 @@ def _log_to_stderr() -> None:
                         datefmt="%H:%M:%S")
 
 
+# the chance that the homogeneity test below leaves a row out of the pool although its seeds
+# vary as the others' do, shared over the rows tested (Bonferroni)
+OWN_NOISE_ALPHA = 0.05
+
+
 @dataclass(frozen=True)
 class SeedNoise:
     """The sd of dev BLEU between seeds, pooled over the rows run with several seeds
-    (sqrt(sum (n_i - 1) s_i^2 / sum (n_i - 1))), and its degrees of freedom."""
+    (sqrt(sum (n_i - 1) s_i^2 / sum (n_i - 1))), and its degrees of freedom; `own`: the rows
+    whose seeds vary more than the others' (an F test of the row's variance against the
+    pool of the rest, at OWN_NOISE_ALPHA over the rows tested: Cochran's test for the largest
+    variance, in its F form, repeated while it rejects), with their own sd and dof. A row
+    that trains unstably (an encoder that leaves its collapse at a different step each seed)
+    would otherwise widen every other row's interval."""
 
     sd: float
     dof: int
+    own: dict[str, tuple[float, int]] = field(default_factory=dict)
 
     @classmethod
-    def pooled(cls, groups: list[list[float]]) -> SeedNoise | None:
+    def pooled(cls, groups: dict[str, list[float]]) -> SeedNoise | None:
         """None where no row has two seeds: the noise is not measured."""
-        dof = sum(len(g) - 1 for g in groups if len(g) > 1)
-        if not dof:
+        from scipy.stats import f
+
+        groups = {name: g for name, g in groups.items() if len(g) > 1}
+        if not groups:
             return None
-        return cls(math.sqrt(sum((len(g) - 1) * statistics.variance(g)
-                                 for g in groups if len(g) > 1) / dof), dof)
+        own = {}
+        while len(groups) > 2:  # the rest must still be a pool of several rows
+            widest = max(groups, key=lambda name: statistics.variance(groups[name]))
+            sd, dof = _pool([g for name, g in groups.items() if name != widest])
+            n = len(groups[widest])
+            ratio = statistics.variance(groups[widest]) / sd ** 2 if sd else math.inf
+            if f.sf(ratio, n - 1, dof) >= OWN_NOISE_ALPHA / len(groups):
+                break
+            own[widest] = (statistics.stdev(groups.pop(widest)), n - 1)
+        return cls(*_pool(list(groups.values())), own)
 
     @property
     def t(self) -> float:
         """Student's t at 97.5 % for the pooled sd's degrees of freedom (12.71 at 1, 2.09 at
         20): with a sd measured on few seeds the interval widens as it should."""
-        from scipy.stats import t
+        return _t975(self.dof)
 
-        return float(t.ppf(0.975, self.dof))
+    def of_change(self, row: str, n: int, n_base: int) -> float:
+        """Half the 95 % interval of the difference of `row`'s mean over n seeds and base's
+        over n_base: t s sqrt(1/n + 1/n_base) with the pooled s, or Welch's interval where
+        either row has its own sd (its dof from Welch-Satterthwaite)."""
+        if row not in self.own and "base" not in self.own:
+            return self.t * self.sd * math.sqrt(1 / n + 1 / n_base)
+        (s_row, dof_row), (s_base, dof_base) = (
+            self.own.get(name, (self.sd, self.dof)) for name in (row, "base"))
+        a, b = s_row ** 2 / n, s_base ** 2 / n_base
+        return _t975((a + b) ** 2 / (a ** 2 / dof_row + b ** 2 / dof_base)) * math.sqrt(a + b)
 
-    def of_change(self, n: int, n_base: int) -> float:
-        """Half the 95 % interval of a difference of means over n and n_base seeds,
-        t s sqrt(1/n + 1/n_base)."""
-        return self.t * self.sd * math.sqrt(1 / n + 1 / n_base)
+    def describe(self) -> str:
+        """The pooled sd, its dof and t, and the rows left out of the pool with their own."""
+        text = f"s = {self.sd:.2f} BLEU over {self.dof} degrees of freedom, t = {self.t:.2f}"
+        if self.own:
+            text += "; rows with their own sd: " + ", ".join(
+                f"{name} {sd:.2f} ({dof} dof)" for name, (sd, dof) in self.own.items())
+        return text
+
+
+def _pool(groups: list[list[float]]) -> tuple[float, int]:
+    dof = sum(len(g) - 1 for g in groups)
+    return math.sqrt(sum((len(g) - 1) * statistics.variance(g) for g in groups) / dof), dof
+
+
+def _t975(dof: float) -> float:
+    from scipy.stats import t
+
+    return float(t.ppf(0.975, dof))
 
 
 def machines(results: list[dict]) -> dict[str, str]:
@@ -270,7 +314,8 @@ def summarise(rows: list[Row], results: list[dict]) -> tuple[list[dict], SeedNoi
                           "with it")
     rows = [row for row in rows if by_row[row.name]]  # rows not run yet are left out
     base_bleu = [r["dev_bleu"] for r in by_row["base"]]
-    noise = SeedNoise.pooled([[r["dev_bleu"] for r in by_row[row.name]] for row in rows])
+    noise = SeedNoise.pooled({row.name: [r["dev_bleu"] for r in by_row[row.name]]
+                              for row in rows})
     lines = []
     for row in rows:
         found = by_row[row.name]
@@ -283,7 +328,8 @@ def summarise(rows: list[Row], results: list[dict]) -> tuple[list[dict], SeedNoi
                 "ran_on": ran_on(found, names)}
         if row.name != "base":
             change = statistics.mean(bleu) - statistics.mean(base_bleu)
-            within = None if noise is None else noise.of_change(len(bleu), len(base_bleu))
+            within = None if noise is None else noise.of_change(row.name, len(bleu),
+                                                                len(base_bleu))
             paper = row.paper["bleu"] - rows[0].paper["bleu"]
             line |= {"bleu_change": [change, within], "paper_bleu_change": paper,
                      "verdict": verdict(change, paper, within)}
@@ -382,6 +428,16 @@ def plot_table(lines: list[dict], path: Path) -> Path:
         paper = [line["paper"][paper_key] - base["paper"][paper_key] for line in others]
         ax.errorbar(x, ours, yerr=bars, fmt="o", capsize=3, label="this run")
         ax.plot(x, paper, "x", color="C3", label="the paper (Table 3)")
+        # the axis spans the points, not a row's interval of its own noise over few seeds
+        # (tens of BLEU): such a bar runs off the axis with its width written beside it
+        low, high = min(ours + paper), max(ours + paper)
+        pad = max(2 * statistics.median(bars), 0.1 * (high - low)) or 1.0
+        low, high = low - pad, high + pad
+        ax.set_ylim(low, high)
+        for xi, (y, bar) in enumerate(zip(ours, bars, strict=True)):
+            if y - bar < low or y + bar > high:
+                ax.annotate(f"±{bar:.1f}", (xi, y), xytext=(4, 2), textcoords="offset points",
+                            fontsize=7)
         ax.axhline(0.0, color="grey", linewidth=0.8)
         ax.set_ylabel(f"{label} - base")
         ax.legend(fontsize=8)
