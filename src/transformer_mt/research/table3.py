@@ -235,10 +235,10 @@ class SeedNoise:
             return None
         own = {}
         while len(groups) > 2:  # the rest must still be a pool of several rows
-            widest = max(groups, key=lambda name: statistics.variance(groups[name]))
+            variance, widest = max((statistics.variance(g), name) for name, g in groups.items())
             sd, dof = _pool([g for name, g in groups.items() if name != widest])
             n = len(groups[widest])
-            ratio = statistics.variance(groups[widest]) / sd ** 2 if sd else math.inf
+            ratio = variance / sd ** 2 if sd else math.inf
             if f.sf(ratio, n - 1, dof) >= OWN_NOISE_ALPHA / len(groups):
                 break
             own[widest] = (statistics.stdev(groups.pop(widest)), n - 1)
