@@ -40,6 +40,7 @@ def test_the_fit_finds_where_the_length_term_overtakes_the_constant_one():
     assert "hf-marian" not in cvl.summarise(cells, cvl.shape_config("tiny", 512), 4096)
 
 
+@pytest.mark.slow  # a process a cell: ~25 s
 def test_the_driver_measures_every_cell_in_its_own_process(tmp_path):
     result = cvl.main(["--out", str(tmp_path), "--shape", "tiny", "--lengths", "8", "32",
                        "--tokens", "64", "--engines", "ours", "--repeats", "1"])

@@ -9,6 +9,7 @@ import os
 import random
 import subprocess
 
+import pytest
 import torch
 
 from conftest import REPO
@@ -184,6 +185,7 @@ def test_word_slots_count_every_source_word_rare_ones_too(tmp_path):
     assert not slot[vocab.encode("(NP")].any() and not slot[vocab.encode(")S")].any()
 
 
+@pytest.mark.slow  # the recipe's dozen CLI runs: ~1 min
 def test_the_recipe_trains_a_reader_and_parses_with_the_checkpoint_best_on_dev(tmp_path):
     # benchmarks/parsing/recipe.sh from treebank files to test parses, shrunk to 40 steps of a
     # small model: the words as slots, pre-norm, and the checkpoint with the best dev F1

@@ -102,6 +102,7 @@ def table3(data: Path, out: Path, *extra: str) -> list[str]:
             *extra]
 
 
+@pytest.mark.slow  # rows trained in subprocesses, one killed and resumed: ~1 min
 def test_the_driver_writes_the_table_skips_finished_rows_and_resumes_a_killed_one(
         prepared_corpus, tmp_path):
     env = os.environ | {"PYTHONHASHSEED": "0"}
