@@ -481,7 +481,9 @@ class Run:
                         "about 0.6): it writes nearly one vector for every word, and the "
                         "decoder has nothing to read. A lower train.lr_scale or "
                         "model.norm_first=true kept it apart in "
-                        "benchmarks/results/parsing-encoder-collapse", values["encoder_spread"])
+                        "benchmarks/results/parsing-encoder-collapse, a lower model.dropout in "
+                        "benchmarks/results/table3-multi30k-scale4/big-dropout",
+                        values["encoder_spread"])
 
     def finish(self) -> None:
         self.metrics.close()
