@@ -10,6 +10,8 @@ import sys
 
 import pytest
 
+from transformer_mt.hardware.malloc import OPT_OUT, tune_malloc
+
 pytestmark = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc only")
 
 PROBE = """
@@ -56,6 +58,11 @@ def test_default_malloc_faults_the_logits_in_at_every_step():
     assert result["faults_per_step"] > PAGES_64MB
 
 
-def test_user_settings_are_left_alone():
-    assert not probe(MALLOC_TRIM_THRESHOLD_="131072")["tuned"]
+@pytest.mark.parametrize("name", ["MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"])
+def test_user_settings_are_left_alone(monkeypatch, name):
+    # in this process: tune_malloc returns before it calls mallopt, so nothing here changes
+    for other in (OPT_OUT, "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"):
+        monkeypatch.delenv(other, raising=False)
+    monkeypatch.setenv(name, "131072")
+    assert not tune_malloc()
 
