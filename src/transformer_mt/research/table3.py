@@ -477,10 +477,10 @@ CURVE_PANELS = (("bleu", "dev BLEU", "linear"), ("ppl", "dev PPL per subword", "
 
 def plot_curves(curves: Curves, path: Path, title: str) -> Path | None:
     """Dev BLEU, dev perplexity per subword and the encoder's spread (where the runs logged
-    it) against step, a column of panels per group (each seed a line, a line's seeds one
-    colour, the base row black): whether a row's validation has flattened, where rows part
-    from base, and whether an encoder has collapsed. None where no run was validated more
-    than once."""
+    it) against step, a column of panels per group on its own steps (big runs longer), each
+    seed a line, a line's seeds one colour, the base row black: whether a row's validation has
+    flattened, where rows part from base, and whether an encoder has collapsed. None where no
+    run was validated more than once."""
     every_run = [seed for lines in curves.values() for line in lines.values() for seed in line]
     if not any(len(seed) > 1 for seed in every_run):
         return None
@@ -490,7 +490,7 @@ def plot_curves(curves: Curves, path: Path, title: str) -> Path | None:
     import matplotlib.pyplot as plt
 
     panels = [p for p in CURVE_PANELS if any(p[0] in r for seed in every_run for r in seed)]
-    fig, axes = plt.subplots(len(panels), len(curves), sharex=True, sharey="row",
+    fig, axes = plt.subplots(len(panels), len(curves), sharex="col", sharey="row",
                              figsize=(3.2 * len(curves) + 1, 3 * len(panels)), squeeze=False)
     for column, (group, lines) in enumerate(curves.items()):
         for i, (name, seeds) in enumerate(lines.items()):
