@@ -241,6 +241,24 @@ def test_the_table_prints_each_change_with_its_interval_and_where_each_seed_ran(
     assert change_cells(lines[0]) == ["", "", ""]
 
 
+def test_a_table_of_the_base_row_alone_has_no_change_to_plot(tmp_path):
+    from transformer_mt.research.table3 import select_rows, summarise, write_table
+
+    model = {"n_encoder_layers": 6, "d_model": 128, "d_ff": 512, "n_heads": 8, "d_k": None,
+             "d_v": None, "dropout": 0.1}
+    results = [{"row": "base", "seed": 3, "dev_bleu": 35.5, "dev_ppl": 7.3, "train_ppl": 5.8,
+                "model": model, "label_smoothing": 0.1, "steps": 3000, "parameters": 3.8e6,
+                "machines": [{"step": 0, "cpu": "Zen 3", "bf16": False}]}]
+    lines, noise = summarise(select_rows("base"), results)  # e.g. a third seed of base alone
+    assert noise is None and len(lines) == 1
+    assert write_table(lines, tmp_path, "header") == [tmp_path / "table.md",
+                                                      tmp_path / "table.csv"]
+    assert "| base |" in (tmp_path / "table.md").read_text()
+    assert not (tmp_path / "table.png").exists()
+    lines, _ = summarise(select_rows("A-h1"), results + [results[0] | {"row": "A-h1"}])
+    assert write_table(lines, tmp_path, "header")[-1] == tmp_path / "table.png"
+
+
 def test_train_ppl_reads_the_training_batches_of_the_last_tenth():
     import math
 

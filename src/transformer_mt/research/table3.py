@@ -394,7 +394,8 @@ def change_cells(line: dict) -> list[str]:
 
 
 def write_table(lines: list[dict], out_dir: Path, header: str) -> list[Path]:
-    """table.md (with `header`), table.csv and table.png under out_dir."""
+    """table.md (with `header`), table.csv and, where a row but base is recorded, table.png
+    under out_dir."""
     import csv
     import io
 
@@ -406,18 +407,22 @@ def write_table(lines: list[dict], out_dir: Path, header: str) -> list[Path]:
     paths = [out_dir / "table.md", out_dir / "table.csv"]
     for path, content in zip(paths, ("\n".join(md) + "\n", text.getvalue()), strict=True):
         atomic_write(path, lambda p, c=content: p.write_text(c, encoding="utf-8"))
-    return [*paths, plot_table(lines, out_dir / "table.png")]
+    figure = plot_table(lines, out_dir / "table.png")
+    return [*paths, figure] if figure else paths
 
 
-def plot_table(lines: list[dict], path: Path) -> Path:
+def plot_table(lines: list[dict], path: Path) -> Path | None:
     """Each row's change of dev PPL and BLEU against the base row (error bars: the PPL's sd
-    over seeds; the BLEU change's 95 % interval), the paper's change marked beside it."""
+    over seeds; the BLEU change's 95 % interval), the paper's change marked beside it. None
+    where no row but base is recorded: there is no change to draw."""
+    base, others = lines[0], lines[1:]
+    if not others:
+        return None
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    base, others = lines[0], lines[1:]
     fig, axes = plt.subplots(2, 1, figsize=(max(6.0, 0.5 * len(others) + 2), 6), sharex=True)
     for ax, key, paper_key, label in ((axes[0], "dev_ppl", "ppl", "dev PPL"),
                                       (axes[1], "dev_bleu", "bleu", "dev BLEU")):
