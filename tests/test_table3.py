@@ -117,6 +117,7 @@ def test_the_driver_writes_the_table_skips_finished_rows_and_resumes_a_killed_on
     assert table[0][-4:] == ["BLEU vs base (± 95 % interval)", "paper BLEU vs base", "verdict",
                              "ran on (seed: machine)"]
     assert table[0][11:13] == ["train PPL", "dev PPL"] and float(table[1][11]) > 1
+    assert table[0][14] == "dev BLEU by seed" and table[2][14] == f"1: {table[2][13]}"
     assert table[1][-4:] == ["", "", "", "1: m1"]
     assert table[2][-3:] == ["-0.1", "noise not measured", "1: m1"]
     assert (straight / "table.png").stat().st_size > 10_000
@@ -230,6 +231,8 @@ def test_the_table_prints_each_change_with_its_interval_and_where_each_seed_ran(
     lines, noise = summarise(rows, results)
     assert [line["ran_on"] for line in lines] == ["1: m1; 2: m1; 3: m1", "1: m2; 2: m1+m2",
                                                   "1: m1"]
+    assert [line["bleu_by_seed"] for line in lines] == ["1: 30.00; 2: 31.00; 3: 32.00",
+                                                        "1: 27.00; 2: 28.00", "1: 31.50"]
     # base: variance 1 (2 dof), A-h1: variance 0.5 (1 dof); B-dk16 one seed adds nothing
     assert noise.dof == 3 and noise.sd == pytest.approx((2.5 / 3) ** 0.5)
     change, within = lines[1]["bleu_change"]

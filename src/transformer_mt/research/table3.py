@@ -324,6 +324,7 @@ def summarise(rows: list[Row], results: list[dict]) -> tuple[list[dict], SeedNoi
                 "model": found[0]["model"], "label_smoothing": found[0]["label_smoothing"],
                 "steps": found[0]["steps"], "parameters": found[0]["parameters"],
                 "dev_ppl": _mean_sd(ppl), "dev_bleu": _mean_sd(bleu), "paper": row.paper,
+                "bleu_by_seed": "; ".join(f"{r['seed']}: {r['dev_bleu']:.2f}" for r in found),
                 "train_ppl": _mean_sd([r["train_ppl"] for r in found]),
                 "ran_on": ran_on(found, names)}
         if row.name != "base":
@@ -358,9 +359,9 @@ def _mean_sd(values: list[float]) -> list[float | None]:
 
 
 COLUMNS = ("row", "N", "d_model", "d_ff", "h", "d_k", "d_v", "P_drop", "eps_ls", "steps",
-           "seeds", "train PPL", "dev PPL", "dev BLEU", "params x10^6", "paper PPL", "paper BLEU",
-           "paper params x10^6", "BLEU vs base (± 95 % interval)", "paper BLEU vs base", "verdict",
-           "ran on (seed: machine)")
+           "seeds", "train PPL", "dev PPL", "dev BLEU", "dev BLEU by seed", "params x10^6",
+           "paper PPL", "paper BLEU", "paper params x10^6", "BLEU vs base (± 95 % interval)",
+           "paper BLEU vs base", "verdict", "ran on (seed: machine)")
 
 
 def table_cells(line: dict) -> list[str]:
@@ -379,7 +380,8 @@ def table_cells(line: dict) -> list[str]:
             str(m["d_v"] or m["d_model"] // m["n_heads"]), str(m["dropout"]),
             str(line["label_smoothing"]), str(line["steps"]), str(line["seeds"]),
             stat(line["train_ppl"]), stat(line["dev_ppl"]),
-            stat(line["dev_bleu"]), f"{line['parameters'] / 1e6:.1f}", cell(paper["ppl"]),
+            stat(line["dev_bleu"]), line["bleu_by_seed"], f"{line['parameters'] / 1e6:.1f}",
+            cell(paper["ppl"]),
             cell(paper["bleu"]), cell(paper["params"]), *change_cells(line), line["ran_on"]]
 
 
