@@ -123,7 +123,7 @@ def test_the_driver_writes_the_table_skips_finished_rows_and_resumes_a_killed_on
     assert (straight / "table.png").stat().st_size > 10_000
     assert "| base | 6 | 32 | 128 | 8 | 4 | 4 |" in (straight / "table.md").read_text()
     before = (straight / "table.md").read_text()
-    assert "recorded: seeds 1)" in before and "Machines: m1 = " in before
+    assert "recorded: seeds 1;" in before and "Machines: m1 = " in before
     report = subprocess.run(table3(prepared_corpus, straight, "--rows", "A-h1,D-ls0.2",
                                    "--seeds", "1", "2", "--report"),
                             env=env, capture_output=True, text=True)
