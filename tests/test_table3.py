@@ -210,20 +210,23 @@ def test_a_row_whose_seeds_vary_far_more_keeps_its_own_noise_and_widens_no_other
     assert not alike.own and alike.dof == 3
 
 
+ZEN3 = {"cpu": "Zen 3", "bf16": False}
+
+
+def result(row: str, bleu: float, seed: int, *machines: dict) -> dict:
+    """A row's recorded result as the driver writes it, the parts the table reads."""
+    model = {"n_encoder_layers": 6, "d_model": 128, "d_ff": 512, "n_heads": 8, "d_k": None,
+             "d_v": None, "dropout": 0.1}
+    return {"row": row, "seed": seed, "dev_bleu": bleu, "dev_ppl": 10.0, "train_ppl": 8.0,
+            "model": model, "label_smoothing": 0.1, "steps": 2000, "parameters": 1e6,
+            "machines": [{"step": 0} | m for m in machines or (ZEN3,)]}
+
+
 def test_the_table_prints_each_change_with_its_interval_and_where_each_seed_ran():
     from transformer_mt.research.table3 import change_cells, machines, select_rows, summarise
 
     rows = select_rows("A-h1,B-dk16")
-    model = {"n_encoder_layers": 6, "d_model": 128, "d_ff": 512, "n_heads": 8, "d_k": None,
-             "d_v": None, "dropout": 0.1}
-
-    zen3, gpu = {"cpu": "Zen 3", "bf16": False}, {"gpu": "H100", "bf16": True}
-
-    def result(row: str, bleu: float, seed: int, *machines: dict) -> dict:
-        return {"row": row, "seed": seed, "dev_bleu": bleu, "dev_ppl": 10.0, "train_ppl": 8.0,
-                "model": model, "label_smoothing": 0.1, "steps": 2000, "parameters": 1e6,
-                "machines": [{"step": 0} | m for m in machines or (zen3,)]}
-
+    zen3, gpu = ZEN3, {"gpu": "H100", "bf16": True}
     results = [result("base", b, s) for s, b in ((1, 30.0), (2, 31.0), (3, 32.0))] + \
         [result("A-h1", 27.0, 1, gpu), result("A-h1", 28.0, 2, zen3, zen3, gpu)] + \
         [result("B-dk16", 31.5, 1)]
@@ -247,11 +250,7 @@ def test_the_table_prints_each_change_with_its_interval_and_where_each_seed_ran(
 def test_a_table_of_the_base_row_alone_has_no_change_to_plot(tmp_path):
     from transformer_mt.research.table3 import select_rows, summarise, write_table
 
-    model = {"n_encoder_layers": 6, "d_model": 128, "d_ff": 512, "n_heads": 8, "d_k": None,
-             "d_v": None, "dropout": 0.1}
-    results = [{"row": "base", "seed": 3, "dev_bleu": 35.5, "dev_ppl": 7.3, "train_ppl": 5.8,
-                "model": model, "label_smoothing": 0.1, "steps": 3000, "parameters": 3.8e6,
-                "machines": [{"step": 0, "cpu": "Zen 3", "bf16": False}]}]
+    results = [result("base", 35.5, 3)]
     lines, noise = summarise(select_rows("base"), results)  # e.g. a third seed of base alone
     assert noise is None and len(lines) == 1
     assert write_table(lines, tmp_path, "header") == [tmp_path / "table.md",

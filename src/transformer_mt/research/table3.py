@@ -381,8 +381,8 @@ def table_cells(line: dict) -> list[str]:
             str(line["label_smoothing"]), str(line["steps"]), str(line["seeds"]),
             stat(line["train_ppl"]), stat(line["dev_ppl"]),
             stat(line["dev_bleu"]), line["bleu_by_seed"], f"{line['parameters'] / 1e6:.1f}",
-            cell(paper["ppl"]),
-            cell(paper["bleu"]), cell(paper["params"]), *change_cells(line), line["ran_on"]]
+            cell(paper["ppl"]), cell(paper["bleu"]), cell(paper["params"]), *change_cells(line),
+            line["ran_on"]]
 
 
 def change_cells(line: dict) -> list[str]:
