@@ -397,7 +397,7 @@ def change_cells(line: dict) -> list[str]:
 
 def write_table(lines: list[dict], out_dir: Path, header: str) -> list[Path]:
     """table.md (with `header`), table.csv and, where a row but base is recorded, table.png
-    under out_dir."""
+    under out_dir (where none is, a table.png drawn before is removed: it is not this table's)."""
     import csv
     import io
 
@@ -410,6 +410,8 @@ def write_table(lines: list[dict], out_dir: Path, header: str) -> list[Path]:
     for path, content in zip(paths, ("\n".join(md) + "\n", text.getvalue()), strict=True):
         atomic_write(path, lambda p, c=content: p.write_text(c, encoding="utf-8"))
     figure = plot_table(lines, out_dir / "table.png")
+    if figure is None:
+        (out_dir / "table.png").unlink(missing_ok=True)
     return [*paths, figure] if figure else paths
 
 
